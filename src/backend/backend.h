@@ -1,0 +1,113 @@
+#pragma once
+// Backend: the only code that touches device memory and computes. The model (src/model/)
+// is written once against this interface; cpu/ and (later) cuda/ implement it.
+//
+// Conventions for every op (DESIGN.md §4):
+//  - bf16 storage in and out; arithmetic in fp32; results rounded to bf16 (nearest-even).
+//  - GEMMs: bf16 operands, fp32 accumulation, one rounding on store.
+//  - Reductions (layernorm statistics, softmax max/sum, losses, norms) accumulate in fp32
+//    or wider; saved statistics (mean, rstd, lse) are fp32.
+//  - Backward ops ACCUMULATE into every gradient they write (`+=`, one rounding to bf16):
+//    parameter gradients accumulate over micro-batches, and activation gradients sum over
+//    the branches that read an activation. The caller zeroes gradient buffers first.
+//  - Any gradient pointer may be null: that gradient is then not computed.
+//  - N = B*T rows. Pointers are device pointers from allocate().
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/optimizer_step.h"
+#include "core/bf16.h"
+
+namespace collage {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----
+  // allocate: zero-filled device memory aligned to at least 256 bytes.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* ptr) = 0;
+  virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() {}
+
+  // ---- embedding ----
+  // out (B*T, C) = wte[tokens - vocab_begin] for tokens in [vocab_begin, vocab_end), else 0
+  // (vocab-parallel lookup; tp=1 passes the whole padded vocab), plus wpe[t] if wpe != null.
+  virtual void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
+                                 int B, int T, int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+  // dwte[token] += dout row; dwpe[t] += sum over b of dout rows. Rows of one token summed in
+  // fp32 before the single bf16 accumulation.
+  virtual void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens,
+                                  int B, int T, int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+
+  // ---- layernorm over the last dimension ----
+  // out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) fp32 saved.
+  virtual void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                 const bf16* weight, const bf16* bias, int64_t N, int C,
+                                 float eps) = 0;
+  virtual void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
+                                  const bf16* inp, const bf16* weight, const float* mean,
+                                  const float* rstd, int64_t N, int C) = 0;
+
+  // ---- matmul: out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC); bias may be null
+  virtual void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
+                              int64_t N, int C, int OC) = 0;
+  // dinp (N, C) += dout · weight; dweight (OC, C) += dout^T · inp; dbias (OC) += Σ_rows dout
+  virtual void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
+                               const bf16* inp, const bf16* weight, int64_t N, int C, int OC) = 0;
+
+  // ---- elementwise ----
+  // GELU, tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+  virtual void gelu_forward(bf16* out, const bf16* inp, int64_t n) = 0;
+  virtual void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) = 0;
+  virtual void add(bf16* out, const bf16* a, const bf16* b, int64_t n) = 0;  // out = a + b
+  virtual void accumulate(bf16* dst, const bf16* src, int64_t n) = 0;        // dst += src
+
+  // ---- rotary position embedding (GPT-NeoX "rotate half", positions 0..T-1) ----
+  // qkv (B, T, 3·NH·HS): q at [0, C), k at [C, 2C), v at [2C, 3C), head h at [h·HS, (h+1)·HS).
+  // out = qkv with q and k rotated, v copied. Pair (i, i + HS/2) rotates by t·base^(-2i/HS).
+  virtual void rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS,
+                            float base) = 0;
+  // dqkv += R^T · dout (v passes through).
+  virtual void rope_backward(bf16* dqkv, const bf16* dout, int B, int T, int NH, int HS,
+                             float base) = 0;
+
+  // ---- attention, per (b, head): softmax(q·kᵀ/√HS + mask)·v ----
+  // qkv (B, T, 3·NH·HS) as above; out (B, T, NH·HS); lse (B, NH, T) fp32 log-sum-exp of each
+  // query row's scaled, masked scores (saved; backward recomputes the probabilities).
+  // causal: query i sees keys j ≤ i. key_mask (B, T), may be null: key j hidden where 0.
+  virtual void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                                 bool causal, int B, int T, int NH, int HS) = 0;
+  virtual void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                                  const float* lse, const int32_t* key_mask, bool causal, int B,
+                                  int T, int NH, int HS) = 0;
+
+  // ---- softmax cross-entropy over the first V of Vp logit columns (Vp = padded vocab) ----
+  // losses (N) fp32 = logsumexp(logits[:V]) - logits[target]; targets < 0 are ignored (loss 0).
+  virtual void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets,
+                                     int64_t N, int V, int Vp) = 0;
+  // dlogits (N, Vp) += (softmax(logits[:V]) - onehot(target)) · dloss; 0 in padding columns
+  // and ignored rows.
+  virtual void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                      int64_t N, int V, int Vp, float dloss) = 0;
+
+  // ---- reductions and scaling (results returned to the host) ----
+  virtual double sum(const float* x, int64_t n) = 0;
+  virtual double sum_squares(const bf16* x, int64_t n) = 0;
+  virtual void scale(bf16* x, float factor, int64_t n) = 0;  // x = rn(x · factor)
+
+  // ---- optimizer: one strategy step over one tensor (see optimizer_step.h) ----
+  virtual void optimizer_step(const OptimizerStep& step) = 0;
+};
+
+// The cpu backend (OpenMP + OpenBLAS). threads <= 0: OpenMP's default.
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+}  // namespace collage
