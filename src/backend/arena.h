@@ -4,9 +4,9 @@
 // same layout code can first size an arena and then fill it.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
-#include "backend/backend.h"
 #include "core/error.h"
 
 namespace collage {
@@ -16,12 +16,14 @@ class Arena {
   static constexpr size_t kAlignment = 256;
 
   Arena() = default;  // counting mode
-  Arena(Backend& backend, size_t bytes, std::string name)
-      : backend_(&backend), name_(std::move(name)), capacity_(bytes) {
+  // Any backend (BackendT<bf16> or BackendT<float>): only allocate/release are used.
+  template <typename B>
+  Arena(B& backend, size_t bytes, std::string name) : name_(std::move(name)), capacity_(bytes) {
     base_ = static_cast<char*>(backend.allocate(bytes));
+    release_ = [&backend](void* p) { backend.release(p); };
   }
   ~Arena() {
-    if (backend_ && base_) backend_->release(base_);
+    if (release_ && base_) release_(base_);
   }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -31,7 +33,7 @@ class Arena {
   T* take(int64_t count) {
     size_t offset = (used_ + kAlignment - 1) / kAlignment * kAlignment;
     size_t end = offset + static_cast<size_t>(count) * sizeof(T);
-    if (backend_) {
+    if (base_) {
       COLLAGE_CHECK(end <= capacity_, "arena '{}' overflow: {} > {} bytes", name_, end, capacity_);
     }
     used_ = end;
@@ -43,7 +45,7 @@ class Arena {
   char* base() const { return base_; }
 
  private:
-  Backend* backend_ = nullptr;
+  std::function<void(void*)> release_;
   std::string name_;
   char* base_ = nullptr;
   size_t capacity_ = 0;

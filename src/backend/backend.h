@@ -12,6 +12,11 @@
 //    the branches that read an activation. The caller zeroes gradient buffers first.
 //  - Any gradient pointer may be null: that gradient is then not computed.
 //  - N = B*T rows. Pointers are device pointers from allocate().
+//
+// The interface is a template over the storage type `Storage` of parameters, gradients and
+// activations. Training always uses `Backend` = BackendT<bf16>; the cpu backend also
+// instantiates BackendT<float> (no rounding anywhere) so that tests can check the model's
+// backward by finite differences at fp32 with the very same model code.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,9 +27,10 @@
 
 namespace collage {
 
-class Backend {
+template <typename Storage>
+class BackendT {
  public:
-  virtual ~Backend() = default;
+  virtual ~BackendT() = default;
   virtual std::string name() const = 0;
 
   // ---- memory ----
@@ -40,74 +46,83 @@ class Backend {
   // ---- embedding ----
   // out (B*T, C) = wte[tokens - vocab_begin] for tokens in [vocab_begin, vocab_end), else 0
   // (vocab-parallel lookup; tp=1 passes the whole padded vocab), plus wpe[t] if wpe != null.
-  virtual void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
-                                 int B, int T, int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+  virtual void embedding_forward(Storage* out, const int32_t* tokens, const Storage* wte,
+                                 const Storage* wpe, int B, int T, int C, int64_t vocab_begin,
+                                 int64_t vocab_end) = 0;
   // dwte[token] += dout row; dwpe[t] += sum over b of dout rows. Rows of one token summed in
   // fp32 before the single bf16 accumulation.
-  virtual void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens,
-                                  int B, int T, int C, int64_t vocab_begin, int64_t vocab_end) = 0;
+  virtual void embedding_backward(Storage* dwte, Storage* dwpe, const Storage* dout,
+                                  const int32_t* tokens, int B, int T, int C, int64_t vocab_begin,
+                                  int64_t vocab_end) = 0;
 
   // ---- layernorm over the last dimension ----
   // out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) fp32 saved.
-  virtual void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
-                                 const bf16* weight, const bf16* bias, int64_t N, int C,
+  virtual void layernorm_forward(Storage* out, float* mean, float* rstd, const Storage* inp,
+                                 const Storage* weight, const Storage* bias, int64_t N, int C,
                                  float eps) = 0;
-  virtual void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
-                                  const bf16* inp, const bf16* weight, const float* mean,
-                                  const float* rstd, int64_t N, int C) = 0;
+  virtual void layernorm_backward(Storage* dinp, Storage* dweight, Storage* dbias,
+                                  const Storage* dout, const Storage* inp, const Storage* weight,
+                                  const float* mean, const float* rstd, int64_t N, int C) = 0;
 
   // ---- matmul: out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC); bias may be null
-  virtual void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
-                              int64_t N, int C, int OC) = 0;
+  virtual void matmul_forward(Storage* out, const Storage* inp, const Storage* weight,
+                              const Storage* bias, int64_t N, int C, int OC) = 0;
   // dinp (N, C) += dout · weight; dweight (OC, C) += dout^T · inp; dbias (OC) += Σ_rows dout
-  virtual void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
-                               const bf16* inp, const bf16* weight, int64_t N, int C, int OC) = 0;
+  virtual void matmul_backward(Storage* dinp, Storage* dweight, Storage* dbias, const Storage* dout,
+                               const Storage* inp, const Storage* weight, int64_t N, int C,
+                               int OC) = 0;
 
   // ---- elementwise ----
   // GELU, tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
-  virtual void gelu_forward(bf16* out, const bf16* inp, int64_t n) = 0;
-  virtual void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) = 0;
-  virtual void add(bf16* out, const bf16* a, const bf16* b, int64_t n) = 0;  // out = a + b
-  virtual void accumulate(bf16* dst, const bf16* src, int64_t n) = 0;        // dst += src
+  virtual void gelu_forward(Storage* out, const Storage* inp, int64_t n) = 0;
+  virtual void gelu_backward(Storage* dinp, const Storage* inp, const Storage* dout, int64_t n) = 0;
+  virtual void add(Storage* out, const Storage* a, const Storage* b, int64_t n) = 0;  // out = a + b
+  virtual void accumulate(Storage* dst, const Storage* src, int64_t n) = 0;           // dst += src
 
   // ---- rotary position embedding (GPT-NeoX "rotate half", positions 0..T-1) ----
   // qkv (B, T, 3·NH·HS): q at [0, C), k at [C, 2C), v at [2C, 3C), head h at [h·HS, (h+1)·HS).
   // out = qkv with q and k rotated, v copied. Pair (i, i + HS/2) rotates by t·base^(-2i/HS).
-  virtual void rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS,
+  virtual void rope_forward(Storage* out, const Storage* qkv, int B, int T, int NH, int HS,
                             float base) = 0;
   // dqkv += R^T · dout (v passes through).
-  virtual void rope_backward(bf16* dqkv, const bf16* dout, int B, int T, int NH, int HS,
+  virtual void rope_backward(Storage* dqkv, const Storage* dout, int B, int T, int NH, int HS,
                              float base) = 0;
 
   // ---- attention, per (b, head): softmax(q·kᵀ/√HS + mask)·v ----
   // qkv (B, T, 3·NH·HS) as above; out (B, T, NH·HS); lse (B, NH, T) fp32 log-sum-exp of each
   // query row's scaled, masked scores (saved; backward recomputes the probabilities).
   // causal: query i sees keys j ≤ i. key_mask (B, T), may be null: key j hidden where 0.
-  virtual void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                                 bool causal, int B, int T, int NH, int HS) = 0;
-  virtual void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
-                                  const float* lse, const int32_t* key_mask, bool causal, int B,
-                                  int T, int NH, int HS) = 0;
+  virtual void attention_forward(Storage* out, float* lse, const Storage* qkv,
+                                 const int32_t* key_mask, bool causal, int B, int T, int NH,
+                                 int HS) = 0;
+  virtual void attention_backward(Storage* dqkv, const Storage* dout, const Storage* out,
+                                  const Storage* qkv, const float* lse, const int32_t* key_mask,
+                                  bool causal, int B, int T, int NH, int HS) = 0;
 
   // ---- softmax cross-entropy over the first V of Vp logit columns (Vp = padded vocab) ----
   // losses (N) fp32 = logsumexp(logits[:V]) - logits[target]; targets < 0 are ignored (loss 0).
-  virtual void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets,
+  virtual void cross_entropy_forward(float* losses, const Storage* logits, const int32_t* targets,
                                      int64_t N, int V, int Vp) = 0;
   // dlogits (N, Vp) += (softmax(logits[:V]) - onehot(target)) · dloss; 0 in padding columns
   // and ignored rows.
-  virtual void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
-                                      int64_t N, int V, int Vp, float dloss) = 0;
+  virtual void cross_entropy_backward(Storage* dlogits, const Storage* logits,
+                                      const int32_t* targets, int64_t N, int V, int Vp,
+                                      float dloss) = 0;
 
   // ---- reductions and scaling (results returned to the host) ----
   virtual double sum(const float* x, int64_t n) = 0;
-  virtual double sum_squares(const bf16* x, int64_t n) = 0;
-  virtual void scale(bf16* x, float factor, int64_t n) = 0;  // x = rn(x · factor)
+  virtual double sum_squares(const Storage* x, int64_t n) = 0;
+  virtual void scale(Storage* x, float factor, int64_t n) = 0;  // x = rn(x · factor)
 
   // ---- optimizer: one strategy step over one tensor (see optimizer_step.h) ----
   virtual void optimizer_step(const OptimizerStep& step) = 0;
 };
 
+using Backend = BackendT<bf16>;
+
 // The cpu backend (OpenMP + OpenBLAS). threads <= 0: OpenMP's default.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+// The same ops with fp32 storage and no rounding (tests: finite differences, references).
+std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads = 0);
 
 }  // namespace collage

@@ -13,8 +13,8 @@ enum class Precision { fp32_master, bf16, collage_light, collage_plus, kahan, st
 
 struct OptimizerStep {
   Precision precision = Precision::fp32_master;
-  bf16* param = nullptr;       // (n) the bf16 weights the model reads
-  const bf16* grad = nullptr;  // (n) clipped, averaged gradient
+  void* param = nullptr;       // (n) the weights the model reads, in the backend's storage type
+  const void* grad = nullptr;  // (n) clipped, averaged gradient, same type
   int64_t n = 0;
   // Strategy state, in the order the strategy declares. fp32_master: {master f32, m f32,
   // v f32}.
