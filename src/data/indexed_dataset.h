@@ -55,10 +55,15 @@ class IndexedDataset {
   TokenDType dtype() const { return dtype_; }
   int64_t itemsize() const { return itemsize_; }
 
-  // Views into the mapped .idx (valid while this object lives).
-  std::span<const int32_t> sequence_lengths() const;   // [S] tokens per sequence
-  std::span<const int64_t> sequence_pointers() const;  // [S] byte offset in .bin
-  std::span<const int64_t> document_indices() const;   // [D1] first sequence of each doc
+  // The three .idx arrays (copied out of the mapping at load: in the file they sit at
+  // unaligned offsets). Valid while this object lives.
+  std::span<const int32_t> sequence_lengths() const { return lengths_; }  // [S] tokens per sequence
+  std::span<const int64_t> sequence_pointers() const {
+    return pointers_;
+  }  // [S] byte offset in .bin
+  std::span<const int64_t> document_indices() const {
+    return doc_indices_;
+  }  // [D1] first sequence of each doc
 
   // Copies tokens [offset, offset+count) of sequence `seq` into out[0..count), widened to
   // int32. Throws Error if the range is outside the sequence.
@@ -72,9 +77,10 @@ class IndexedDataset {
 
  private:
   void release() noexcept;
+  int64_t token_at(int64_t k) const;  // token k of the whole .bin, widened
 
   std::string prefix_;
-  const uint8_t* idx_map_ = nullptr;  // whole .idx
+  const uint8_t* idx_map_ = nullptr;  // whole .idx, mapped only while validating
   size_t idx_size_ = 0;
   const uint8_t* bin_map_ = nullptr;  // whole .bin (nullptr when the .bin is empty)
   size_t bin_size_ = 0;
@@ -83,6 +89,9 @@ class IndexedDataset {
   int64_t num_sequences_ = 0;
   int64_t num_doc_indices_ = 0;  // D1
   int64_t num_tokens_ = 0;
+  std::vector<int32_t> lengths_;      // [S]
+  std::vector<int64_t> pointers_;     // [S] bytes
+  std::vector<int64_t> doc_indices_;  // [D1]
 };
 
 // Writes a new <prefix>.bin / <prefix>.idx pair. Each add_document() call appends one
