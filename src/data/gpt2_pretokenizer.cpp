@@ -11,10 +11,11 @@
 namespace collage {
 namespace {
 
-// GPT-2's pattern with `\s` spelled out as the Unicode White_Space property
-// (TAB..CR, U+0085, and the Z categories: Zs spaces, U+2028, U+2029), which is what
-// Python's `regex` module matches for \s. PCRE2's own \s in UCP mode also matches
-// U+180E (through \h), which is a format character since Unicode 6.3, so it is not used.
+// GPT-2's pattern with `\s` spelled out as the Unicode White_Space property (TAB..CR,
+// U+0085 and the Z categories: Zs spaces, U+2028, U+2029). That is what Python's `regex`
+// module, which encoder.py uses, matches for \s (checked over all code points). PCRE2's
+// own \s in UCP mode also matches U+180E (through \h), a format character since Unicode
+// 6.3, so it is not used.
 constexpr const char* kPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\t-\r\x{85}\p{Z}\p{L}\p{N}]+)"
     R"(|[\t-\r\x{85}\p{Z}]+(?![^\t-\r\x{85}\p{Z}])|[\t-\r\x{85}\p{Z}]+)";
@@ -25,22 +26,13 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buffer);
 }
 
-// Per-thread matching state. The JIT stack grows up to 64 MiB (address space, touched
-// only as needed): `\s+(?!\S)` backtracks over a whitespace run, so a very long run needs
-// a deep stack; beyond that next_match() falls back to the interpreter (heap-backed).
-struct ThreadMatchState {
-  pcre2_match_data* match_data = pcre2_match_data_create(1, nullptr);
-  pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
-  pcre2_match_context* context = pcre2_match_context_create(nullptr);
-  ThreadMatchState() {
-    if (!match_data || !context) fail("GPT-2 pre-tokenizer: out of memory for PCRE2 match data");
-    if (jit_stack) pcre2_jit_stack_assign(context, nullptr, jit_stack);
+// Per-thread match data (PCRE2 writes the match offsets there, so threads cannot share it).
+struct ThreadMatchData {
+  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+  ThreadMatchData() {
+    if (!data) fail("GPT-2 pre-tokenizer: out of memory for PCRE2 match data");
   }
-  ~ThreadMatchState() {
-    pcre2_match_context_free(context);
-    pcre2_jit_stack_free(jit_stack);
-    pcre2_match_data_free(match_data);
-  }
+  ~ThreadMatchData() { pcre2_match_data_free(data); }
 };
 
 }  // namespace
@@ -65,22 +57,23 @@ Gpt2Pretokenizer::~Gpt2Pretokenizer() { pcre2_code_free(static_cast<pcre2_code*>
 bool Gpt2Pretokenizer::next_match(std::string_view text, size_t offset, size_t* start,
                                   size_t* end) const {
   if (offset >= text.size()) return false;
-  thread_local ThreadMatchState state;
+  thread_local ThreadMatchData match;
   auto* code = static_cast<pcre2_code*>(code_);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  // The JIT's default 32 KiB stack is plenty here (runs of 20 MB of spaces or letters match
+  // fine: the repeats backtrack without stacking frames), but should some input exhaust it,
+  // the interpreter (heap-backed) gives the same match.
   int rc = PCRE2_ERROR_JIT_STACKLIMIT;
-  if (jit_ && state.jit_stack) {
-    rc = pcre2_jit_match(code, subject, text.size(), offset, 0, state.match_data, state.context);
-  }
+  if (jit_) rc = pcre2_jit_match(code, subject, text.size(), offset, 0, match.data, nullptr);
   if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
     rc = pcre2_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                     state.match_data, state.context);
+                     match.data, nullptr);
   }
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
     fail("GPT-2 pre-tokenizer: PCRE2 match failed at byte {}: {}", offset, pcre2_message(rc));
   }
-  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match_data);
+  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);
   *start = ovector[0];
   *end = ovector[1];
   return true;
