@@ -1,0 +1,228 @@
+// GPT construction (arenas, activation plan) and one micro-batch's forward and backward.
+#include "model/gpt.h"
+
+#include "core/error.h"
+
+namespace collage {
+
+template <typename Storage>
+GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch,
+                    int seq_len, ParallelLayout layout)
+    : config_(config),
+      backend_(backend),
+      micro_batch_(micro_batch),
+      seq_len_(seq_len),
+      layout_(layout),
+      rope_(config.position_embedding == "rope"),
+      C_(config.hidden_size),
+      NH_(config.n_head),
+      HS_(config.head_size()),
+      F_(config.ffn()),
+      V_(config.vocab_size),
+      Vp_(config.padded_vocab(layout.tp)) {
+  table_ = gpt_parameter_table(config, layout.tp);  // validates the config
+  COLLAGE_CHECK(layout.tp == 1 && layout.tp_rank == 0,
+                "parallel.tensor_parallel: {} (rank {}) is not supported by the GPT yet", layout.tp,
+                layout.tp_rank);
+  COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
+  COLLAGE_CHECK(seq_len >= 1 && seq_len <= config.max_position_embeddings,
+                "data.seq_len: {} must be in [1, model.max_position_embeddings = {}]", seq_len,
+                config.max_position_embeddings);
+  local_heads_ = NH_ / layout.tp;
+  local_ffn_ = F_ / layout.tp;
+  vocab_begin_ = int64_t{layout.tp_rank} * (Vp_ / layout.tp);
+  vocab_end_ = vocab_begin_ + Vp_ / layout.tp;
+  num_parameters_ = table_.back().offset + table_.back().numel;
+
+  const size_t param_bytes = static_cast<size_t>(num_parameters_) * sizeof(Storage);
+  param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");
+  params_ = param_arena_->take<Storage>(num_parameters_);
+  grad_arena_ = std::make_unique<Arena>(backend, param_bytes, "gradients");
+  grads_ = grad_arena_->take<Storage>(num_parameters_);
+  weights_ = bind_weights(params_);
+  grad_weights_ = bind_weights(grads_);
+
+  Arena counting;  // first pass sizes the arena, second pass hands out the pointers
+  plan_activations(counting);
+  act_arena_ = std::make_unique<Arena>(backend, counting.used(), "activations");
+  acts_ = plan_activations(*act_arena_);
+}
+
+template <typename Storage>
+GptActivations<Storage> GptT<Storage>::plan_activations(Arena& arena) const {
+  const int64_t N = int64_t{micro_batch_} * seq_len_, C = C_;
+  const int64_t C3 = 3 * C / layout_.tp, Cl = C / layout_.tp, Fl = local_ffn_;
+  const int64_t Vl = Vp_ / layout_.tp;
+  auto take = [&](int64_t count) { return arena.take<Storage>(count); };
+  auto take_f32 = [&](int64_t count) { return arena.take<float>(count); };
+
+  GptActivations<Storage> a;
+  a.tokens = arena.take<int32_t>(N);
+  a.targets = arena.take<int32_t>(N);
+  a.encoded = take(N * C);
+  a.layers.resize(config_.n_layer);
+  for (GptLayerActivations<Storage>& l : a.layers) {
+    l.ln1 = take(N * C);
+    l.ln1_mean = take_f32(N);
+    l.ln1_rstd = take_f32(N);
+    l.qkv = take(N * C3);
+    l.qkv_rope = rope_ ? take(N * C3) : nullptr;
+    l.atty = take(N * Cl);
+    l.att_lse = take_f32(N * local_heads_);
+    l.residual2 = take(N * C);
+    l.ln2 = take(N * C);
+    l.ln2_mean = take_f32(N);
+    l.ln2_rstd = take_f32(N);
+    l.fch = take(N * Fl);
+    l.fch_gelu = take(N * Fl);
+    l.residual3 = take(N * C);
+  }
+  a.branch_out = take(N * C);
+  a.lnf = take(N * C);
+  a.lnf_mean = take_f32(N);
+  a.lnf_rstd = take_f32(N);
+  a.logits = take(N * Vl);
+  a.losses = take_f32(N);
+
+  a.dresidual = take(N * C);
+  a.dlogits = take(N * Vl);
+  a.dln1 = take(N * C);  // first of the per-layer scratch region
+  a.dqkv = take(N * C3);
+  a.dqkv_rope = rope_ ? take(N * C3) : nullptr;
+  a.datty = take(N * Cl);
+  a.dln2 = take(N * C);
+  a.dfch = take(N * Fl);
+  a.dfch_gelu = take(N * Fl);
+  if (arena.base()) {
+    a.layer_scratch = reinterpret_cast<char*>(a.dln1);
+    a.layer_scratch_bytes = arena.used() - static_cast<size_t>(a.layer_scratch - arena.base());
+  }
+  return a;
+}
+
+template <typename Storage>
+void GptT<Storage>::check_tokens(const int32_t* tokens, const int32_t* targets, int B) const {
+  COLLAGE_CHECK(B >= 1 && B <= micro_batch_, "GPT forward: batch {} outside [1, {}]", B,
+                micro_batch_);
+  COLLAGE_CHECK(tokens != nullptr, "GPT forward: no tokens");
+  for (int64_t i = 0; i < int64_t{B} * seq_len_; ++i) {
+    COLLAGE_CHECK(tokens[i] >= 0 && tokens[i] < V_,
+                  "GPT forward: token {} at position {} is outside the vocab [0, {})", tokens[i], i,
+                  V_);
+    COLLAGE_CHECK(!targets || targets[i] < V_,
+                  "GPT forward: target {} at position {} is outside the vocab [0, {})", targets[i],
+                  i, V_);
+  }
+}
+
+template <typename Storage>
+typename GptT<Storage>::Loss GptT<Storage>::forward(const int32_t* tokens, const int32_t* targets,
+                                                    int B) {
+  check_tokens(tokens, targets, B);
+  const int T = seq_len_, C = C_, HS = HS_, NHl = local_heads_, Fl = local_ffn_;
+  const int C3 = 3 * C / layout_.tp, Cl = C / layout_.tp, Vl = Vp_ / layout_.tp;
+  const int64_t N = int64_t{B} * T;
+  const float eps = config_.layernorm_eps;
+  const Weights& w = weights_;
+  GptActivations<Storage>& a = acts_;
+  BackendT<Storage>& be = backend_;
+
+  be.copy_to_device(a.tokens, tokens, N * sizeof(int32_t));
+  if (targets) be.copy_to_device(a.targets, targets, N * sizeof(int32_t));
+
+  be.embedding_forward(a.encoded, a.tokens, w.wte, w.wpe, B, T, C, vocab_begin_, vocab_end_);
+  const Storage* x = a.encoded;  // (N, C) residual stream entering the layer
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    GptLayerActivations<Storage>& la = a.layers[l];
+    // attention branch
+    be.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, lw.ln1_w, lw.ln1_b, N, C, eps);
+    be.matmul_forward(la.qkv, la.ln1, lw.qkv_w, lw.qkv_b, N, C, C3);  // (N, 3C)
+    const Storage* attention_in = la.qkv;
+    if (rope_) {
+      be.rope_forward(la.qkv_rope, la.qkv, B, T, NHl, HS, config_.rope_base);
+      attention_in = la.qkv_rope;
+    }
+    be.attention_forward(la.atty, la.att_lse, attention_in, nullptr, true, B, T, NHl, HS);
+    // (tp > 1 later: all-reduce branch_out here, with the replicated bias added once)
+    be.matmul_forward(a.branch_out, la.atty, lw.proj_w, lw.proj_b, N, Cl, C);
+    be.add(la.residual2, x, a.branch_out, N * C);
+    // MLP branch
+    be.layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, lw.ln2_w, lw.ln2_b, N, C,
+                         eps);
+    be.matmul_forward(la.fch, la.ln2, lw.fc1_w, lw.fc1_b, N, C, Fl);  // (N, F)
+    be.gelu_forward(la.fch_gelu, la.fch, N * Fl);
+    be.matmul_forward(a.branch_out, la.fch_gelu, lw.fc2_w, lw.fc2_b, N, Fl, C);
+    be.add(la.residual3, la.residual2, a.branch_out, N * C);
+    x = la.residual3;
+  }
+  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, w.lnf_w, w.lnf_b, N, C, eps);
+  be.matmul_forward(a.logits, a.lnf, w.head, nullptr, N, C, Vl);  // (N, Vp)
+
+  last_B_ = 0;
+  Loss loss;
+  if (!targets) return loss;
+  be.cross_entropy_forward(a.losses, a.logits, a.targets, N, V_, Vl);
+  loss.sum = be.sum(a.losses, N);
+  for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
+  last_B_ = B;
+  return loss;
+}
+
+template <typename Storage>
+void GptT<Storage>::backward(float dloss) {
+  COLLAGE_CHECK(last_B_ > 0, "GPT backward: the last forward had no targets");
+  const int B = last_B_, T = seq_len_, C = C_, HS = HS_, NHl = local_heads_, Fl = local_ffn_;
+  const int C3 = 3 * C / layout_.tp, Cl = C / layout_.tp, Vl = Vp_ / layout_.tp;
+  const int64_t N = int64_t{B} * T;
+  const Weights& w = weights_;
+  const Weights& g = grad_weights_;
+  GptActivations<Storage>& a = acts_;
+  BackendT<Storage>& be = backend_;
+
+  // Every backward op accumulates, so the activation gradients start from zero.
+  be.zero(a.dresidual, N * C * sizeof(Storage));
+  be.zero(a.dlogits, N * Vl * sizeof(Storage));
+  be.zero(a.layer_scratch, a.layer_scratch_bytes);
+
+  // head: logits = lnf · headᵀ, then the final layernorm
+  be.cross_entropy_backward(a.dlogits, a.logits, a.targets, N, V_, Vl, dloss);
+  Storage* dlnf = a.dln1;  // scratch, zero
+  be.matmul_backward(dlnf, g.head, nullptr, a.dlogits, a.lnf, w.head, N, C, Vl);
+  const Storage* x_last = a.layers.back().residual3;
+  be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, dlnf, x_last, w.lnf_w, a.lnf_mean,
+                        a.lnf_rstd, N, C);
+
+  // dresidual holds the gradient of the current layer's output; both residual adds pass it
+  // through unchanged, and each layernorm backward adds its branch's share into it.
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    const LayerWeights& lw = w.layers[l];
+    const LayerWeights& lg = g.layers[l];
+    const GptLayerActivations<Storage>& la = a.layers[l];
+    const Storage* x = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    be.zero(a.layer_scratch, a.layer_scratch_bytes);
+    // MLP branch
+    be.matmul_backward(a.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dresidual, la.fch_gelu, lw.fc2_w, N, Fl,
+                       C);
+    be.gelu_backward(a.dfch, la.fch, a.dfch_gelu, N * Fl);
+    be.matmul_backward(a.dln2, lg.fc1_w, lg.fc1_b, a.dfch, la.ln2, lw.fc1_w, N, C, Fl);
+    be.layernorm_backward(a.dresidual, lg.ln2_w, lg.ln2_b, a.dln2, la.residual2, lw.ln2_w,
+                          la.ln2_mean, la.ln2_rstd, N, C);
+    // attention branch
+    be.matmul_backward(a.datty, lg.proj_w, lg.proj_b, a.dresidual, la.atty, lw.proj_w, N, Cl, C);
+    const Storage* attention_in = rope_ ? la.qkv_rope : la.qkv;
+    Storage* dattention_in = rope_ ? a.dqkv_rope : a.dqkv;
+    be.attention_backward(dattention_in, a.datty, la.atty, attention_in, la.att_lse, nullptr, true,
+                          B, T, NHl, HS);
+    if (rope_) be.rope_backward(a.dqkv, a.dqkv_rope, B, T, NHl, HS, config_.rope_base);
+    be.matmul_backward(a.dln1, lg.qkv_w, lg.qkv_b, a.dqkv, la.ln1, lw.qkv_w, N, C, C3);
+    be.layernorm_backward(a.dresidual, lg.ln1_w, lg.ln1_b, a.dln1, x, lw.ln1_w, la.ln1_mean,
+                          la.ln1_rstd, N, C);
+  }
+  be.embedding_backward(g.wte, g.wpe, a.dresidual, a.tokens, B, T, C, vocab_begin_, vocab_end_);
+}
+
+template class GptT<bf16>;
+template class GptT<float>;
+
+}  // namespace collage

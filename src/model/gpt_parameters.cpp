@@ -1,0 +1,185 @@
+// The GPT parameter table (names, shard shapes, offsets), the views of the contiguous
+// parameter/gradient memory, initialisation and host load/save.
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "model/weight_init.h"
+
+namespace collage {
+
+namespace {
+
+void validate_gpt_config(const ModelConfig& c, int tp) {
+  COLLAGE_CHECK(c.arch == "gpt", "model.arch: '{}' is not a GPT", c.arch);
+  COLLAGE_CHECK(c.n_layer >= 1, "model.n_layer: {} must be >= 1", c.n_layer);
+  COLLAGE_CHECK(c.hidden_size >= 1 && c.n_head >= 1 && c.hidden_size % c.n_head == 0,
+                "model.n_head: {} does not divide model.hidden_size {}", c.n_head, c.hidden_size);
+  COLLAGE_CHECK(c.vocab_size >= 1, "model.vocab_size: {} must be >= 1", c.vocab_size);
+  COLLAGE_CHECK(c.ffn() >= 1, "model.ffn_hidden_size: {} must be >= 0", c.ffn_hidden_size);
+  COLLAGE_CHECK(c.position_embedding == "learned" || c.position_embedding == "rope",
+                "model.position_embedding: '{}' is not learned or rope", c.position_embedding);
+  COLLAGE_CHECK(c.position_embedding != "rope" || c.head_size() % 2 == 0,
+                "model: rope needs an even head size, got {}", c.head_size());
+  COLLAGE_CHECK(c.max_position_embeddings >= 1, "model.max_position_embeddings: {} must be >= 1",
+                c.max_position_embeddings);
+  COLLAGE_CHECK(tp >= 1 && c.n_head % tp == 0,
+                "parallel.tensor_parallel: {} does not divide "
+                "model.n_head {}",
+                tp, c.n_head);
+  COLLAGE_CHECK(c.ffn() % tp == 0, "parallel.tensor_parallel: {} does not divide the ffn size {}",
+                tp, c.ffn());
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp) {
+  validate_gpt_config(config, tp);
+  const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab(tp);
+  std::vector<ParameterInfo> table;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> full_shape, TensorSplit split,
+                 bool weight_decay) {
+    std::vector<int64_t> shape = full_shape;
+    if (split == TensorSplit::rows || split == TensorSplit::qkv_rows) shape[0] /= tp;
+    if (split == TensorSplit::columns) shape[1] /= tp;
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    table.push_back({std::move(name), shape, numel, offset, weight_decay, split, full_shape});
+    offset += numel;
+  };
+  using S = TensorSplit;
+  add("wte.weight", {Vp, C}, S::rows, true);
+  if (config.position_embedding == "learned") {
+    add("wpe.weight", {config.max_position_embeddings, C}, S::replicated, true);
+  }
+  for (int l = 0; l < config.n_layer; ++l) {
+    std::string p = "h." + std::to_string(l) + ".";
+    add(p + "ln_1.weight", {C}, S::replicated, false);
+    add(p + "ln_1.bias", {C}, S::replicated, false);
+    add(p + "attn.qkv.weight", {3 * C, C}, S::qkv_rows, true);
+    add(p + "attn.qkv.bias", {3 * C}, S::qkv_rows, false);
+    add(p + "attn.proj.weight", {C, C}, S::columns, true);
+    add(p + "attn.proj.bias", {C}, S::replicated, false);
+    add(p + "ln_2.weight", {C}, S::replicated, false);
+    add(p + "ln_2.bias", {C}, S::replicated, false);
+    add(p + "mlp.fc1.weight", {F, C}, S::rows, true);
+    add(p + "mlp.fc1.bias", {F}, S::rows, false);
+    add(p + "mlp.fc2.weight", {C, F}, S::columns, true);
+    add(p + "mlp.fc2.bias", {C}, S::replicated, false);
+  }
+  add("ln_f.weight", {C}, S::replicated, false);
+  add("ln_f.bias", {C}, S::replicated, false);
+  if (!config.tie_embeddings) add("lm_head.weight", {Vp, C}, S::rows, true);
+  return table;
+}
+
+template <typename Storage>
+std::vector<ParameterInfo> GptT<Storage>::parameter_table(const ModelConfig& config, int tp) {
+  return gpt_parameter_table(config, tp);
+}
+
+template <typename Storage>
+typename GptT<Storage>::Weights GptT<Storage>::bind_weights(Storage* base) const {
+  std::unordered_map<std::string, Storage*> by_name;
+  for (const ParameterInfo& info : table_) by_name[info.name] = base + info.offset;
+  auto at = [&](const std::string& name) {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+  Weights w;
+  w.wte = at("wte.weight");
+  w.wpe = at("wpe.weight");
+  for (int l = 0; l < config_.n_layer; ++l) {
+    std::string p = "h." + std::to_string(l) + ".";
+    w.layers.push_back({at(p + "ln_1.weight"), at(p + "ln_1.bias"), at(p + "attn.qkv.weight"),
+                        at(p + "attn.qkv.bias"), at(p + "attn.proj.weight"),
+                        at(p + "attn.proj.bias"), at(p + "ln_2.weight"), at(p + "ln_2.bias"),
+                        at(p + "mlp.fc1.weight"), at(p + "mlp.fc1.bias"), at(p + "mlp.fc2.weight"),
+                        at(p + "mlp.fc2.bias")});
+  }
+  w.lnf_w = at("ln_f.weight");
+  w.lnf_b = at("ln_f.bias");
+  w.head = config_.tie_embeddings ? w.wte : at("lm_head.weight");
+  return w;
+}
+
+template <typename Storage>
+void GptT<Storage>::init_weights(uint64_t seed) {
+  const double std = config_.init_std;
+  const double residual_std = std / std::sqrt(2.0 * config_.n_layer);  // GPT-2 scaled init
+  std::vector<float> host(static_cast<size_t>(num_parameters_));
+  for (size_t i = 0; i < table_.size(); ++i) {
+    const ParameterInfo& info = table_[i];
+    int64_t full_numel = 1;
+    for (int64_t d : info.full_shape) full_numel *= d;
+    std::vector<float> full;
+    if (ends_with(info.name, ".bias")) {
+      full.assign(full_numel, 0.0f);
+    } else if (info.name.starts_with("ln_f.") || ends_with(info.name, "ln_1.weight") ||
+               ends_with(info.name, "ln_2.weight")) {
+      full.assign(full_numel, 1.0f);
+    } else {
+      bool residual =
+          ends_with(info.name, "attn.proj.weight") || ends_with(info.name, "mlp.fc2.weight");
+      // The stream depends on the tensor's index only, which is the same for every tp.
+      full = normal_bf16_values(tensor_seed(seed, i), full_numel, residual ? residual_std : std);
+      if (info.name == "wte.weight" || info.name == "lm_head.weight") {
+        // Padding rows (ids >= vocab_size) stay zero: no token or target ever uses them.
+        std::fill(full.begin() + int64_t{config_.vocab_size} * C_, full.end(), 0.0f);
+      }
+    }
+    std::vector<float> shard = extract_shard(full, info, layout_);
+    std::copy(shard.begin(), shard.end(), host.begin() + info.offset);
+  }
+  load_parameters(host.data());
+}
+
+template <typename Storage>
+void GptT<Storage>::load_parameters(const float* host_values) {
+  std::vector<Storage> staged(static_cast<size_t>(num_parameters_));
+  if constexpr (std::is_same_v<Storage, bf16>) {
+    float_to_bf16_array(host_values, staged.data(), num_parameters_);
+  } else {
+    std::copy(host_values, host_values + num_parameters_, staged.begin());
+  }
+  backend_.copy_to_device(params_, staged.data(), staged.size() * sizeof(Storage));
+}
+
+template <typename Storage>
+void GptT<Storage>::save_parameters(float* host_values) const {
+  std::vector<Storage> staged(static_cast<size_t>(num_parameters_));
+  backend_.copy_to_host(staged.data(), params_, staged.size() * sizeof(Storage));
+  if constexpr (std::is_same_v<Storage, bf16>) {
+    bf16_to_float_array(staged.data(), host_values, num_parameters_);
+  } else {
+    std::copy(staged.begin(), staged.end(), host_values);
+  }
+}
+
+template <typename Storage>
+void GptT<Storage>::zero_gradients() {
+  backend_.zero(grads_, static_cast<size_t>(num_parameters_) * sizeof(Storage));
+}
+
+// Explicit instantiation of the members defined in this file (the rest: gpt.cpp).
+#define COLLAGE_INSTANTIATE(S)                                                           \
+  template std::vector<ParameterInfo> GptT<S>::parameter_table(const ModelConfig&, int); \
+  template typename GptT<S>::Weights GptT<S>::bind_weights(S*) const;                    \
+  template void GptT<S>::init_weights(uint64_t);                                         \
+  template void GptT<S>::load_parameters(const float*);                                  \
+  template void GptT<S>::save_parameters(float*) const;                                  \
+  template void GptT<S>::zero_gradients();
+COLLAGE_INSTANTIATE(bf16)
+COLLAGE_INSTANTIATE(float)
+#undef COLLAGE_INSTANTIATE
+
+}  // namespace collage

@@ -1,0 +1,85 @@
+#include "model/weight_init.h"
+
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include "core/bf16.h"
+#include "core/error.h"
+
+namespace collage {
+
+namespace {
+
+// splitmix64's finaliser: a bijective 64-bit mix (Steele et al. 2014).
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in (0, 1]: 53 random bits, never 0 (the log below needs u > 0).
+double uniform_open_zero(std::mt19937_64& rng) {
+  return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
+}
+
+}  // namespace
+
+uint64_t tensor_seed(uint64_t seed, uint64_t tensor_index) {
+  return mix64(mix64(seed) ^ (tensor_index + 1));
+}
+
+std::vector<float> normal_bf16_values(uint64_t stream_seed, int64_t n, double std) {
+  std::mt19937_64 rng(stream_seed);
+  std::vector<float> values(static_cast<size_t>(n));
+  // Box-Muller: two uniforms give two independent standard normals.
+  for (int64_t i = 0; i < n; i += 2) {
+    double radius = std::sqrt(-2.0 * std::log(uniform_open_zero(rng)));
+    double angle = 2.0 * std::numbers::pi * uniform_open_zero(rng);
+    values[i] = round_to_bf16(static_cast<float>(std * radius * std::cos(angle)));
+    if (i + 1 < n)
+      values[i + 1] = round_to_bf16(static_cast<float>(std * radius * std::sin(angle)));
+  }
+  return values;
+}
+
+std::vector<float> extract_shard(const std::vector<float>& full, const ParameterInfo& info,
+                                 const ParallelLayout& layout) {
+  const int tp = layout.tp, r = layout.tp_rank;
+  const int64_t rows = info.full_shape[0];
+  const int64_t cols = info.full_shape.size() > 1 ? info.full_shape[1] : 1;
+  COLLAGE_CHECK(static_cast<int64_t>(full.size()) == rows * cols, "{}: {} values for {}x{}",
+                info.name, full.size(), rows, cols);
+  std::vector<float> shard;
+  shard.reserve(static_cast<size_t>(info.numel));
+  auto copy_rows = [&](int64_t begin, int64_t count) {
+    shard.insert(shard.end(), full.begin() + begin * cols, full.begin() + (begin + count) * cols);
+  };
+  switch (info.split) {
+    case TensorSplit::replicated:
+      shard = full;
+      break;
+    case TensorSplit::rows:
+      copy_rows(r * rows / tp, rows / tp);
+      break;
+    case TensorSplit::qkv_rows: {  // the rank's heads from each of the q, k, v blocks
+      int64_t block = rows / 3, local = block / tp;
+      for (int part = 0; part < 3; ++part) copy_rows(part * block + r * local, local);
+      break;
+    }
+    case TensorSplit::columns: {
+      int64_t local = cols / tp;
+      for (int64_t i = 0; i < rows; ++i) {
+        auto row = full.begin() + i * cols + r * local;
+        shard.insert(shard.end(), row, row + local);
+      }
+      break;
+    }
+  }
+  COLLAGE_CHECK(static_cast<int64_t>(shard.size()) == info.numel, "{}: shard has {} values, not {}",
+                info.name, shard.size(), info.numel);
+  return shard;
+}
+
+}  // namespace collage
