@@ -1,0 +1,156 @@
+// CpuBackend<S>: the Backend interface on the host, for bf16 storage (training) and float
+// storage (finite-difference checks). Memory is plain 256-byte aligned host memory; every op
+// forwards to a kernel in this folder (kernels.h), which gets the thread count and the
+// backend's scratch memory through the CpuContext.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/storage.h"
+#include "core/error.h"
+
+namespace collage {
+namespace cpu {
+
+FloatBuffer::~FloatBuffer() { std::free(data_); }
+
+float* FloatBuffer::get(size_t count) {
+  if (count <= capacity_) return data_;
+  std::free(data_);
+  size_t bytes = (count * sizeof(float) + 255) / 256 * 256;
+  data_ = static_cast<float*>(std::aligned_alloc(256, bytes));
+  if (!data_) {
+    capacity_ = 0;
+    fail("cpu backend: cannot allocate {} bytes of scratch memory", bytes);
+  }
+  capacity_ = count;
+  return data_;
+}
+
+}  // namespace cpu
+
+namespace {
+
+template <typename S>
+class CpuBackend final : public BackendT<S> {
+ public:
+  explicit CpuBackend(int threads) {
+    cx_.threads = threads > 0 ? threads : omp_get_max_threads();
+    // All parallelism is OpenMP's (see matmul.cpp): each thread calls a single-threaded sgemm.
+    openblas_set_num_threads(1);
+  }
+
+  std::string name() const override { return cpu::is_fp32_storage<S> ? "cpu-fp32" : "cpu"; }
+
+  void* allocate(size_t bytes) override {
+    size_t rounded = (bytes + 255) / 256 * 256;
+    if (rounded == 0) rounded = 256;  // a valid, distinct pointer even for empty tensors
+    void* ptr = std::aligned_alloc(256, rounded);
+    if (!ptr) fail("cpu backend: cannot allocate {} bytes", bytes);
+    std::memset(ptr, 0, rounded);
+    return ptr;
+  }
+  void release(void* ptr) override { std::free(ptr); }
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, host_src, bytes);
+  }
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(host_dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+
+  void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                         int C, int64_t vocab_begin, int64_t vocab_end) override {
+    cpu::embedding_forward(cx_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
+  }
+  void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
+                          int C, int64_t vocab_begin, int64_t vocab_end) override {
+    cpu::embedding_backward(cx_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
+  }
+
+  void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* weight,
+                         const S* bias, int64_t N, int C, float eps) override {
+    cpu::layernorm_forward(cx_, out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                          const S* weight, const float* mean, const float* rstd, int64_t N,
+                          int C) override {
+    cpu::layernorm_backward(cx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int C,
+                      int OC) override {
+    cpu::matmul_forward(cx_, out, inp, weight, bias, N, C, OC);
+  }
+  void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                       int64_t N, int C, int OC) override {
+    cpu::matmul_backward(cx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+
+  void gelu_forward(S* out, const S* inp, int64_t n) override {
+    cpu::gelu_forward(cx_, out, inp, n);
+  }
+  void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
+    cpu::gelu_backward(cx_, dinp, inp, dout, n);
+  }
+  void add(S* out, const S* a, const S* b, int64_t n) override { cpu::add(cx_, out, a, b, n); }
+  void accumulate(S* dst, const S* src, int64_t n) override { cpu::accumulate(cx_, dst, src, n); }
+
+  void rope_forward(S* out, const S* qkv, int B, int T, int NH, int HS, float base) override {
+    cpu::rope_forward(cx_, out, qkv, B, T, NH, HS, base);
+  }
+  void rope_backward(S* dqkv, const S* dout, int B, int T, int NH, int HS, float base) override {
+    cpu::rope_backward(cx_, dqkv, dout, B, T, NH, HS, base);
+  }
+
+  void attention_forward(S* out, float* lse, const S* qkv, const int32_t* key_mask, bool causal,
+                         int B, int T, int NH, int HS) override {
+    cpu::attention_forward(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS);
+  }
+  // `out` is not needed: the backward recomputes Σ_j P_ij dP_ij exactly from the recomputed
+  // probabilities instead of dout·out, which would carry out's bf16 rounding.
+  void attention_backward(S* dqkv, const S* dout, const S* /*out*/, const S* qkv, const float* lse,
+                          const int32_t* key_mask, bool causal, int B, int T, int NH,
+                          int HS) override {
+    cpu::attention_backward(cx_, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS);
+  }
+
+  void cross_entropy_forward(float* losses, const S* logits, const int32_t* targets, int64_t N,
+                             int V, int Vp) override {
+    cpu::cross_entropy_forward(cx_, losses, logits, targets, N, V, Vp);
+  }
+  void cross_entropy_backward(S* dlogits, const S* logits, const int32_t* targets, int64_t N, int V,
+                              int Vp, float dloss) override {
+    cpu::cross_entropy_backward(cx_, dlogits, logits, targets, N, V, Vp, dloss);
+  }
+
+  double sum(const float* x, int64_t n) override { return cpu::sum(cx_, x, n); }
+  double sum_squares(const S* x, int64_t n) override { return cpu::sum_squares(cx_, x, n); }
+  void scale(S* x, float factor, int64_t n) override { cpu::scale(cx_, x, factor, n); }
+
+  void optimizer_step(const OptimizerStep& step) override { cpu::optimizer_step<S>(cx_, step); }
+
+ private:
+  cpu::CpuContext cx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend<bf16>>(threads);
+}
+
+std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads) {
+  return std::make_unique<CpuBackend<float>>(threads);
+}
+
+}  // namespace collage

@@ -1,0 +1,113 @@
+// Elementwise ops (GELU, add, accumulate, scale) and the host-returned reductions (sum,
+// sum of squares). Elementwise: fp32 math, one rounding on store. Reductions: double, in
+// fixed chunks summed in chunk order, so the result does not depend on the thread count.
+#include <algorithm>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/storage.h"
+
+namespace collage::cpu {
+namespace {
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelThreshold = 1 << 15;
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
+constexpr float kGeluCubic = 0.044715f;
+
+}  // namespace
+
+// 0.5 x (1 + tanh(u)) = x · sigmoid(2u): exact identity, and it needs one exp_approx (which
+// vectorizes) and no tanh.
+template <typename S>
+void gelu_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) {
+    float x = load(inp[i]);
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    store(out[i], x / (1.0f + exp_approx(-2.0f * u)));
+  }
+}
+
+// d/dx [x · σ(2u)] with σ = sigmoid(2u): 0.5(1 + tanh u) = σ and 0.5(1 - tanh² u) = 2σ(1 - σ),
+// so the derivative is σ + 2x·σ(1 - σ)·u'.
+template <typename S>
+void gelu_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) {
+    float x = load(inp[i]);
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    float sig = 1.0f / (1.0f + exp_approx(-2.0f * u));
+    float grad = sig + 2.0f * x * sig * (1.0f - sig) * du;
+    store(dinp[i], load(dinp[i]) + grad * load(dout[i]));
+  }
+}
+
+template <typename S>
+void add(CpuContext& cx, S* out, const S* a, const S* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) store(out[i], load(a[i]) + load(b[i]));
+}
+
+template <typename S>
+void accumulate(CpuContext& cx, S* dst, const S* src, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) store(dst[i], load(dst[i]) + load(src[i]));
+}
+
+template <typename S>
+void scale(CpuContext& cx, S* x, float factor, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) store(x[i], load(x[i]) * factor);
+}
+
+namespace {
+
+constexpr int64_t kSumChunk = 1 << 14;
+
+// Σ f(x[i]) in double: chunk sums in parallel, then added in chunk order.
+template <typename T, typename F>
+double chunked_sum(CpuContext& cx, const T* x, int64_t n, F term) {
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  cx.partial_sums.assign(static_cast<size_t>(chunks), 0.0);
+  double* partial = cx.partial_sums.data();
+#pragma omp parallel for schedule(static) num_threads(cx.threads) if (chunks > 1)
+  for (int64_t chunk = 0; chunk < chunks; chunk++) {
+    const int64_t begin = chunk * kSumChunk, end = std::min(n, begin + kSumChunk);
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = begin; i < end; i++) acc += term(x[i]);
+    partial[chunk] = acc;
+  }
+  double total = 0.0;
+  for (int64_t chunk = 0; chunk < chunks; chunk++) total += partial[chunk];
+  return total;
+}
+
+}  // namespace
+
+double sum(CpuContext& cx, const float* x, int64_t n) {
+  return chunked_sum(cx, x, n, [](float v) { return double(v); });
+}
+
+template <typename S>
+double sum_squares(CpuContext& cx, const S* x, int64_t n) {
+  return chunked_sum(cx, x, n, [](S v) {
+    double d = load(v);
+    return d * d;
+  });
+}
+
+#define COLLAGE_INSTANTIATE(S)                                               \
+  template void gelu_forward(CpuContext&, S*, const S*, int64_t);            \
+  template void gelu_backward(CpuContext&, S*, const S*, const S*, int64_t); \
+  template void add(CpuContext&, S*, const S*, const S*, int64_t);           \
+  template void accumulate(CpuContext&, S*, const S*, int64_t);              \
+  template void scale(CpuContext&, S*, float, int64_t);                      \
+  template double sum_squares(CpuContext&, const S*, int64_t);
+COLLAGE_INSTANTIATE(bf16)
+COLLAGE_INSTANTIATE(float)
+#undef COLLAGE_INSTANTIATE
+
+}  // namespace collage::cpu

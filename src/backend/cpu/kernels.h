@@ -1,0 +1,70 @@
+#pragma once
+// The cpu kernels behind CpuBackend (one op family a file). Each is a template over the
+// storage type S, explicitly instantiated for bf16 and float in its .cpp; the semantics of
+// every op are those documented in backend/backend.h.
+#include <cstdint>
+
+#include "backend/cpu/context.h"
+#include "backend/optimizer_step.h"
+
+namespace collage::cpu {
+
+template <typename S>
+void embedding_forward(CpuContext& cx, S* out, const int32_t* tokens, const S* wte, const S* wpe,
+                       int B, int T, int C, int64_t vocab_begin, int64_t vocab_end);
+template <typename S>
+void embedding_backward(CpuContext& cx, S* dwte, S* dwpe, const S* dout, const int32_t* tokens,
+                        int B, int T, int C, int64_t vocab_begin, int64_t vocab_end);
+
+template <typename S>
+void layernorm_forward(CpuContext& cx, S* out, float* mean, float* rstd, const S* inp,
+                       const S* weight, const S* bias, int64_t N, int C, float eps);
+template <typename S>
+void layernorm_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                        const S* weight, const float* mean, const float* rstd, int64_t N, int C);
+
+template <typename S>
+void matmul_forward(CpuContext& cx, S* out, const S* inp, const S* weight, const S* bias, int64_t N,
+                    int C, int OC);
+template <typename S>
+void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                     const S* weight, int64_t N, int C, int OC);
+
+template <typename S>
+void gelu_forward(CpuContext& cx, S* out, const S* inp, int64_t n);
+template <typename S>
+void gelu_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t n);
+template <typename S>
+void add(CpuContext& cx, S* out, const S* a, const S* b, int64_t n);
+template <typename S>
+void accumulate(CpuContext& cx, S* dst, const S* src, int64_t n);
+template <typename S>
+void scale(CpuContext& cx, S* x, float factor, int64_t n);
+double sum(CpuContext& cx, const float* x, int64_t n);
+template <typename S>
+double sum_squares(CpuContext& cx, const S* x, int64_t n);
+
+template <typename S>
+void rope_forward(CpuContext& cx, S* out, const S* qkv, int B, int T, int NH, int HS, float base);
+template <typename S>
+void rope_backward(CpuContext& cx, S* dqkv, const S* dout, int B, int T, int NH, int HS,
+                   float base);
+
+template <typename S>
+void attention_forward(CpuContext& cx, S* out, float* lse, const S* qkv, const int32_t* key_mask,
+                       bool causal, int B, int T, int NH, int HS);
+template <typename S>
+void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* qkv, const float* lse,
+                        const int32_t* key_mask, bool causal, int B, int T, int NH, int HS);
+
+template <typename S>
+void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const int32_t* targets,
+                           int64_t N, int V, int Vp);
+template <typename S>
+void cross_entropy_backward(CpuContext& cx, S* dlogits, const S* logits, const int32_t* targets,
+                            int64_t N, int V, int Vp, float dloss);
+
+template <typename S>
+void optimizer_step(CpuContext& cx, const OptimizerStep& step);
+
+}  // namespace collage::cpu

@@ -1,0 +1,206 @@
+// attention_forward / attention_backward against float64 loops (causal, key mask, both),
+// queries that see no key, and finite differences.
+#include <limits>
+
+#include "backend_test_util.h"
+
+namespace collage::test {
+namespace {
+
+struct Case {
+  int B, T, NH, HS;
+  bool causal, masked;
+};
+// Odd sizes in every combination of masks, and T = 70 for two query blocks of the kernel.
+const Case kCases[] = {{2, 5, 2, 6, true, false},
+                       {2, 5, 2, 6, false, true},
+                       {2, 5, 2, 6, true, true},
+                       {1, 70, 1, 4, true, true},
+                       {1, 70, 2, 4, false, false}};
+
+size_t qkv_size(const Case& c) { return size_t(c.B) * c.T * 3 * c.NH * c.HS; }
+
+// Key mask (B, T) with roughly one key in four hidden, never key 0 (so every causal query
+// sees something; SeesNothing covers the other case).
+std::vector<int32_t> random_mask(Rng& rng, const Case& c) {
+  std::vector<int32_t> mask(size_t(c.B) * c.T, 1);
+  if (!c.masked) return mask;
+  for (int b = 0; b < c.B; b++) {
+    for (int t = 1; t < c.T; t++) mask[size_t(b) * c.T + t] = rng.integer(0, 3) != 0;
+  }
+  return mask;
+}
+
+// Float64 attention forward (out, lse) and backward (the gradient alone, without dqkv's old
+// values).
+struct Reference {
+  std::vector<double> out, lse, dqkv, dqkv_scale;  // dqkv_scale: Σ|terms| per gradient entry
+};
+
+Reference reference(const Case& c, const std::vector<double>& qkv, const std::vector<int32_t>& mask,
+                    const std::vector<double>& dout) {
+  const int C = c.NH * c.HS, T = c.T, HS = c.HS;
+  const double scale = 1.0 / std::sqrt(double(HS));
+  Reference r{std::vector<double>(size_t(c.B) * T * C), std::vector<double>(size_t(c.B) * c.NH * T),
+              std::vector<double>(qkv.size()), std::vector<double>(qkv.size())};
+  auto at = [&](int b, int t, int part, int h, int d) {
+    return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * HS + d;
+  };
+  for (int b = 0; b < c.B; b++) {
+    for (int h = 0; h < c.NH; h++) {
+      for (int i = 0; i < T; i++) {
+        std::vector<double> p(T, 0.0), dp(T, 0.0);
+        std::vector<bool> visible(T);
+        double max_score = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < T; j++) {
+          visible[j] = (!c.causal || j <= i) && mask[size_t(b) * T + j] != 0;
+          if (!visible[j]) continue;
+          double s = 0;
+          for (int d = 0; d < HS; d++) s += qkv[at(b, i, 0, h, d)] * qkv[at(b, j, 1, h, d)];
+          p[j] = s * scale;
+          max_score = std::max(max_score, p[j]);
+        }
+        double total = 0;
+        for (int j = 0; j < T; j++) total += visible[j] ? std::exp(p[j] - max_score) : 0.0;
+        const double lse = max_score + std::log(total);
+        r.lse[(size_t(b) * c.NH + h) * T + i] = lse;
+        for (int j = 0; j < T; j++) p[j] = visible[j] ? std::exp(p[j] - lse) : 0.0;
+        const size_t o = (size_t(b) * T + i) * C + size_t(h) * HS;
+        for (int d = 0; d < HS; d++) {
+          for (int j = 0; j < T; j++) r.out[o + d] += p[j] * qkv[at(b, j, 2, h, d)];
+        }
+        // backward: dP = dout·vᵀ, dS = P∘(dP - Σ P∘dP), dq = scale·dS·k, dk = scale·dSᵀq, dv =
+        // Pᵀdout
+        double dot = 0, dot_scale = 0;
+        for (int j = 0; j < T; j++) {
+          for (int d = 0; d < HS; d++) dp[j] += dout[o + d] * qkv[at(b, j, 2, h, d)];
+          dot += p[j] * dp[j];
+          dot_scale += p[j] * std::fabs(dp[j]);
+        }
+        for (int j = 0; j < T; j++) {
+          const double ds = p[j] * (dp[j] - dot);
+          const double ds_scale = p[j] * (std::fabs(dp[j]) + dot_scale);  // before cancelling
+          for (int d = 0; d < HS; d++) {
+            r.dqkv[at(b, i, 0, h, d)] += scale * ds * qkv[at(b, j, 1, h, d)];
+            r.dqkv_scale[at(b, i, 0, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, j, 1, h, d)]);
+            r.dqkv[at(b, j, 1, h, d)] += scale * ds * qkv[at(b, i, 0, h, d)];
+            r.dqkv_scale[at(b, j, 1, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, i, 0, h, d)]);
+            r.dqkv[at(b, j, 2, h, d)] += p[j] * dout[o + d];
+            r.dqkv_scale[at(b, j, 2, h, d)] += p[j] * std::fabs(dout[o + d]);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+template <typename S>
+class AttentionTest : public ::testing::Test {};
+TYPED_TEST_SUITE(AttentionTest, StorageTypes, StorageNames);
+
+TYPED_TEST(AttentionTest, ForwardAndBackwardMatchFloat64) {
+  using S = TypeParam;
+  auto backend = Storage<S>::make();
+  Rng rng(1);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "T=" << c.T << " causal=" << c.causal << " masked=" << c.masked);
+    const int C = c.NH * c.HS;
+    const auto qkv = random_values<S>(rng, qkv_size(c));
+    const auto mask = random_mask(rng, c);
+    const auto dout = random_values<S>(rng, size_t(c.B) * c.T * C);
+    const auto dqkv0 = random_values<S>(rng, qkv.size());
+    DeviceBuffer<S, BackendT<S>> d_qkv(*backend, qkv), d_out(*backend, dout.size()),
+        d_dout(*backend, dout), d_dqkv(*backend, dqkv0);
+    DeviceBuffer<float, BackendT<S>> d_lse(*backend, size_t(c.B) * c.NH * c.T);
+    DeviceBuffer<int32_t, BackendT<S>> d_mask(*backend, mask);
+    const int32_t* key_mask = c.masked ? d_mask.get() : nullptr;
+    backend->attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), key_mask, c.causal, c.B, c.T,
+                               c.NH, c.HS);
+    backend->attention_backward(d_dqkv.get(), d_dout.get(), d_out.get(), d_qkv.get(), d_lse.get(),
+                                key_mask, c.causal, c.B, c.T, c.NH, c.HS);
+
+    const Reference r = reference(c, to_double(qkv), mask, to_double(dout));
+    // lse is fp32 (scores are fp32 dot products of HS terms, exp to ~1e-7): 1e-5.
+    expect_close(to_double(d_lse.download()), r.lse, 1e-5, 1e-5, "lse");
+    // out: one rounding; its fp32 error is ~1e-6 of max|v| (probabilities sum to 1).
+    const double v_scale = max_abs(to_double(qkv));
+    expect_close(to_double(d_out.download()), r.out, result_rel<S>(), 1e-5 * v_scale, "out");
+    // dqkv = old + gradient, one rounding; fp32 error ~1e-6 of each entry's Σ|terms|.
+    auto want = to_double(dqkv0);
+    for (size_t j = 0; j < want.size(); j++) want[j] += r.dqkv[j];
+    const auto got = to_double(d_dqkv.download());
+    for (size_t j = 0; j < got.size(); j++) {
+      ASSERT_NEAR(got[j], want[j],
+                  result_rel<S>() * std::fabs(want[j]) + 1e-5 * (r.dqkv_scale[j] + 1e-3))
+          << "dqkv[" << j << "]";
+    }
+  }
+}
+
+// A query whose keys are all hidden has no softmax: out 0, lse -inf, no gradient, no NaN.
+TYPED_TEST(AttentionTest, QueriesThatSeeNothingGetZeros) {
+  using S = TypeParam;
+  auto backend = Storage<S>::make();
+  Rng rng(2);
+  const int B = 2, T = 4, NH = 1, HS = 2, C = NH * HS;
+  // Batch 0: key 0 hidden, so causal query 0 sees nothing. Batch 1: every key hidden.
+  const std::vector<int32_t> mask = {0, 1, 1, 1, 0, 0, 0, 0};
+  const auto qkv = random_values<S>(rng, size_t(B) * T * 3 * C);
+  const auto dout = random_values<S>(rng, size_t(B) * T * C);
+  DeviceBuffer<S, BackendT<S>> d_qkv(*backend, qkv), d_out(*backend, dout.size()),
+      d_dout(*backend, dout), d_dqkv(*backend, qkv.size());
+  DeviceBuffer<float, BackendT<S>> d_lse(*backend, size_t(B) * NH * T);
+  DeviceBuffer<int32_t, BackendT<S>> d_mask(*backend, mask);
+  backend->attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), d_mask.get(), true, B, T, NH,
+                             HS);
+  backend->attention_backward(d_dqkv.get(), d_dout.get(), d_out.get(), d_qkv.get(), d_lse.get(),
+                              d_mask.get(), true, B, T, NH, HS);
+  const auto out = to_double(d_out.download());
+  const auto lse = d_lse.download();
+  const auto dqkv = to_double(d_dqkv.download());
+  for (double v : dqkv) ASSERT_TRUE(std::isfinite(v));
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  for (int t = 0; t < T; t++) {  // batch 1: no query sees anything
+    EXPECT_EQ(lse[size_t(T) + t], minus_inf);
+    for (int d = 0; d < C; d++) EXPECT_EQ(out[(size_t(T) + t) * C + d], 0.0);
+  }
+  EXPECT_EQ(lse[0], minus_inf);  // batch 0: query 0 sees nothing, the others see keys 1..t
+  for (int d = 0; d < C; d++) EXPECT_EQ(out[d], 0.0);
+  for (int t = 1; t < T; t++) EXPECT_TRUE(std::isfinite(lse[t]));
+  // Batch 1 has no visible key anywhere: all its gradients are 0; batch 0's query 0 gets none.
+  for (size_t j = size_t(T) * 3 * C; j < dqkv.size(); j++) EXPECT_EQ(dqkv[j], 0.0);
+  for (int d = 0; d < C; d++) EXPECT_EQ(dqkv[d], 0.0);
+}
+
+TEST(AttentionGradient, MatchesFiniteDifferencesAtFp32) {
+  auto backend = make_cpu_backend_fp32(kFdThreads);
+  Rng rng(3);
+  for (bool causal : {true, false}) {
+    const int B = 1, T = 4, NH = 2, HS = 3, C = NH * HS;
+    const std::vector<int32_t> mask = {1, 1, 0, 1};
+    auto qkv = random_values<float>(rng, size_t(B) * T * 3 * C);
+    const auto loss_weights = random_weights<float>(rng, size_t(B) * T * C);
+    DeviceBuffer<int32_t, BackendT<float>> d_mask(*backend, mask);
+    auto loss = [&](const std::vector<float>& x) {
+      DeviceBuffer<float, BackendT<float>> d_x(*backend, x), d_out(*backend, loss_weights.size()),
+          d_lse(*backend, size_t(B) * NH * T);
+      backend->attention_forward(d_out.get(), d_lse.get(), d_x.get(), d_mask.get(), causal, B, T,
+                                 NH, HS);
+      return weighted_sum(d_out.download(), loss_weights);
+    };
+    DeviceBuffer<float, BackendT<float>> d_x(*backend, qkv), d_out(*backend, loss_weights.size()),
+        d_lse(*backend, size_t(B) * NH * T), d_dout(*backend, from_double<float>(loss_weights)),
+        dx(*backend, qkv.size());
+    backend->attention_forward(d_out.get(), d_lse.get(), d_x.get(), d_mask.get(), causal, B, T, NH,
+                               HS);
+    backend->attention_backward(dx.get(), d_dout.get(), d_out.get(), d_x.get(), d_lse.get(),
+                                d_mask.get(), causal, B, T, NH, HS);
+    expect_gradient_matches_differences(loss, qkv, to_double(dx.download()),
+                                        causal ? "dqkv causal" : "dqkv");
+  }
+}
+
+}  // namespace
+}  // namespace collage::test

@@ -1,0 +1,52 @@
+// allocate / release / copies / zero of both cpu backends.
+#include "backend_test_util.h"
+
+namespace collage::test {
+namespace {
+
+template <typename S>
+class MemoryTest : public ::testing::Test {};
+TYPED_TEST_SUITE(MemoryTest, StorageTypes, StorageNames);
+
+TYPED_TEST(MemoryTest, AllocateIsZeroedAndAligned) {
+  auto backend = Storage<TypeParam>::make();
+  for (size_t bytes :
+       {size_t(0), size_t(1), size_t(255), size_t(256), size_t(1000), size_t(1) << 22}) {
+    auto* p = static_cast<unsigned char*>(backend->allocate(bytes));
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u) << bytes;
+    size_t nonzero = 0;
+    for (size_t i = 0; i < bytes; i++) nonzero += p[i] != 0;
+    EXPECT_EQ(nonzero, 0u) << bytes;
+    backend->release(p);
+  }
+}
+
+TYPED_TEST(MemoryTest, CopiesAndZero) {
+  auto backend = Storage<TypeParam>::make();
+  const size_t n = 1001;
+  std::vector<unsigned char> host(n);
+  for (size_t i = 0; i < n; i++) host[i] = static_cast<unsigned char>(i * 7 + 1);
+  void* a = backend->allocate(n);
+  void* b = backend->allocate(n);
+  backend->copy_to_device(a, host.data(), n);
+  backend->copy(b, a, n);
+  std::vector<unsigned char> back(n);
+  backend->copy_to_host(back.data(), b, n);
+  EXPECT_EQ(back, host);
+  backend->zero(static_cast<char*>(b) + 10, 100);  // only [10, 110)
+  backend->copy_to_host(back.data(), b, n);
+  for (size_t i = 0; i < n; i++) {
+    EXPECT_EQ(back[i], (i >= 10 && i < 110) ? 0 : host[i]) << i;
+  }
+  backend->release(a);
+  backend->release(b);
+}
+
+TEST(Memory, Names) {
+  EXPECT_EQ(make_cpu_backend(1)->name(), "cpu");
+  EXPECT_EQ(make_cpu_backend_fp32(1)->name(), "cpu-fp32");
+}
+
+}  // namespace
+}  // namespace collage::test
