@@ -1,12 +1,46 @@
-// Placeholder until the train command lands.
+// `collage train CONFIG.yaml [--set key=value ...] [--resume [latest|PATH]]`
+#include <spdlog/spdlog.h>
+
 #include "cli/commands.h"
-#include "core/error.h"
+#include "config/config.h"
+#include "train/trainer.h"
 
 namespace collage {
 
 void add_train_command(CLI::App& root) {
-  auto* cmd = root.add_subcommand("train", "(not built yet)");
-  cmd->callback([] { fail("'train' is not implemented yet"); });
+  struct Options {
+    std::string config_path;
+    std::vector<std::string> overrides;
+    std::string resume;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = root.add_subcommand(
+      "train",
+      "Train a model from a YAML config.\n"
+      "Logs a line per step (loss, lr, grad norm, tokens/s, ms/step) to the console and\n"
+      "<logging.dir>/train.log, metrics to <logging.dir>/metrics.jsonl, the resolved config\n"
+      "to <logging.dir>/config.yaml, and checkpoints to <checkpoint.dir> (default\n"
+      "<logging.dir>/checkpoints) every checkpoint.interval steps and at the end.");
+  cmd->add_option("config", options->config_path, "YAML config file (see configs/)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", options->overrides,
+                  "Override a config key before validation, e.g. --set training.max_steps=100 "
+                  "--set optimizer.lr=3e-4 (repeatable; value parsed as YAML)");
+  auto* resume = cmd->add_option("--resume", options->resume,
+                                 "Continue from a checkpoint: 'latest' (newest valid checkpoint in "
+                                 "checkpoint.dir) or a path to a .ckpt file. Default: start fresh")
+                     ->expected(0, 1);
+  cmd->callback([options, resume] {
+    if (resume->count() > 0 && options->resume.empty()) options->resume = "latest";
+    Config config = load_config(options->config_path, options->overrides);
+    TrainOptions train_options;
+    train_options.resume = options->resume;
+    TrainResult result = train(config, train_options);
+    spdlog::info(
+        "done: step {}, loss {:.4f}{}", result.last_step, result.last_loss,
+        result.last_val_loss >= 0 ? fmt::format(", val loss {:.4f}", result.last_val_loss) : "");
+  });
 }
 
 }  // namespace collage

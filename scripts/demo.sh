@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install, build and train the demo GPT (configs/demo/gpt-demo.yaml) on the Gutenberg books.
+# The first run tokenises the books once into data/cache/ (cached afterwards).
+# Extra arguments go to `collage train`, e.g. scripts/demo.sh --set training.max_steps=50
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)" --target collage
+exec ./build/collage train configs/demo/gpt-demo.yaml "$@"

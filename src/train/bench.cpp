@@ -1,0 +1,147 @@
+#include "train/bench.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gpt.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+namespace collage {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// One GEMM of a training step: out (M, N) = a (M, K) · b (K, N), `count` times.
+struct Gemm {
+  int64_t m, n, k, count;
+  double flops() const { return 2.0 * m * n * k * count; }
+};
+
+// Every matrix product of one micro-batch step (forward, input and weight gradients).
+std::vector<Gemm> step_gemms(const ModelConfig& model, int B, int T) {
+  const int64_t N = int64_t(B) * T, C = model.hidden_size, F = model.ffn();
+  const int64_t Vp = model.padded_vocab(), NH = model.n_head, HS = model.head_size();
+  std::vector<Gemm> gemms;
+  auto linear = [&](int64_t in, int64_t out, int64_t times) {
+    gemms.push_back({N, out, in, times});  // forward
+    gemms.push_back({N, in, out, times});  // input gradient
+    gemms.push_back({out, in, N, times});  // weight gradient
+  };
+  linear(C, 3 * C, model.n_layer);
+  linear(C, C, model.n_layer);
+  linear(C, F, model.n_layer);
+  linear(F, C, model.n_layer);
+  linear(C, Vp, 1);
+  // attention per (b, head): scores, P·V forward; dP, dV, dQ, dK backward
+  gemms.push_back({T, T, HS, B * NH * model.n_layer * 6});
+  return gemms;
+}
+
+double time_sgemm(const std::vector<Gemm>& gemms, int repeats) {
+  int64_t max_elems = 0;
+  for (const Gemm& g : gemms) max_elems = std::max({max_elems, g.m * g.k, g.k * g.n, g.m * g.n});
+  std::vector<float> a(max_elems, 0.5f), b(max_elems, 0.25f), c(max_elems, 0.0f);
+  double best = 1e30;
+  for (int r = 0; r < repeats; r++) {
+    auto start = Clock::now();
+    for (const Gemm& g : gemms) {
+      for (int64_t i = 0; i < g.count; i++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, g.k, 1.0f, a.data(), g.k,
+                    b.data(), g.n, 0.0f, c.data(), g.n);
+      }
+    }
+    best = std::min(best, ms_since(start));
+  }
+  return best;
+}
+
+}  // namespace
+
+BenchResult run_bench(const Config& config, const BenchOptions& options) {
+  const int B = config.training.micro_batch_size, T = config.data.seq_len;
+  auto backend = make_cpu_backend(config.parallel.threads);
+  GPT model(config.model, *backend, B, T);
+  model.init_weights(config.training.seed);
+  std::vector<ParamSpan> spans;
+  for (const ParameterInfo& p : model.parameters())
+    spans.push_back({p.offset, p.numel, p.weight_decay});
+  Optimizer optimizer(config.optimizer, *backend, spans, model.parameter_memory(),
+                      model.gradient_memory(), model.num_parameters());
+
+  std::mt19937 gen(1234);
+  std::uniform_int_distribution<int32_t> token(0, config.model.vocab_size - 1);
+  std::vector<int32_t> tokens(int64_t(B) * T), targets(int64_t(B) * T);
+  for (auto& x : tokens) x = token(gen);
+  for (auto& x : targets) x = token(gen);
+
+  BenchResult r;
+  for (int s = 0; s < options.warmup_steps + options.steps; s++) {
+    const bool timed = s >= options.warmup_steps;
+    model.zero_gradients();
+    auto start = Clock::now();
+    model.forward(tokens.data(), targets.data(), B);
+    backend->synchronize();
+    const double fwd = ms_since(start);
+    start = Clock::now();
+    model.backward(1.0f / (B * T));
+    backend->synchronize();
+    const double bwd = ms_since(start);
+    start = Clock::now();
+    optimizer.step(s + 1, learning_rate(config.optimizer, s + 1));
+    backend->synchronize();
+    const double opt = ms_since(start);
+    if (timed) {
+      r.forward_ms += fwd / options.steps;
+      r.backward_ms += bwd / options.steps;
+      r.optimizer_ms += opt / options.steps;
+    }
+  }
+  r.step_ms = r.forward_ms + r.backward_ms + r.optimizer_ms;
+  r.tokens_per_s = B * T / (r.step_ms / 1e3);
+  const std::vector<Gemm> gemms = step_gemms(config.model, B, T);
+  double flops = 0;
+  for (const Gemm& g : gemms) flops += g.flops();
+  r.model_gflop = flops / 1e9;
+  r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
+  r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps));
+  r.sgemm_gflops = r.model_gflop / (r.sgemm_ms / 1e3);
+  return r;
+}
+
+std::string format_bench(const Config& config, const BenchResult& r) {
+  const ModelConfig& m = config.model;
+  std::string out = fmt::format(
+      "GPT L={} C={} heads={} vocab={} (padded {}), micro-batch {} x seq {}, {} threads, "
+      "optimizer {}\n\n",
+      m.n_layer, m.hidden_size, m.n_head, m.vocab_size, m.padded_vocab(),
+      config.training.micro_batch_size, config.data.seq_len,
+      config.parallel.threads > 0 ? fmt::format("{}", config.parallel.threads) : "all",
+      precision_name(config.optimizer.precision));
+  out += fmt::format("| {:<28} | {:>12} |\n|{:-<30}|{:-<14}|\n", "measure", "value", "", "");
+  auto row = [&](const std::string& name, const std::string& value) {
+    out += fmt::format("| {:<28} | {:>12} |\n", name, value);
+  };
+  row("forward ms", fmt::format("{:.1f}", r.forward_ms));
+  row("backward ms", fmt::format("{:.1f}", r.backward_ms));
+  row("optimizer ms", fmt::format("{:.1f}", r.optimizer_ms));
+  row("step ms", fmt::format("{:.1f}", r.step_ms));
+  row("tokens/s", fmt::format("{:.0f}", r.tokens_per_s));
+  row("matmul GFLOP per step", fmt::format("{:.2f}", r.model_gflop));
+  row("achieved GFLOP/s", fmt::format("{:.1f}", r.achieved_gflops));
+  row("same GEMMs as fp32 sgemm ms", fmt::format("{:.1f}", r.sgemm_ms));
+  row("sgemm GFLOP/s", fmt::format("{:.1f}", r.sgemm_gflops));
+  row("step / sgemm time", fmt::format("{:.2f}x", r.step_ms / r.sgemm_ms));
+  return out;
+}
+
+}  // namespace collage
