@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <chrono>
 #include <random>
@@ -47,10 +48,15 @@ std::vector<Gemm> step_gemms(const ModelConfig& model, int B, int T) {
   return gemms;
 }
 
-double time_sgemm(const std::vector<Gemm>& gemms, int repeats) {
+// The GEMMs as plain fp32 OpenBLAS sgemm using `threads` threads (OpenBLAS's own
+// threading), best of `repeats`. The cpu backend runs OpenBLAS single-threaded inside its
+// own OpenMP tiling, so the thread count is set here and restored after.
+double time_sgemm(const std::vector<Gemm>& gemms, int repeats, int threads) {
   int64_t max_elems = 0;
   for (const Gemm& g : gemms) max_elems = std::max({max_elems, g.m * g.k, g.k * g.n, g.m * g.n});
   std::vector<float> a(max_elems, 0.5f), b(max_elems, 0.25f), c(max_elems, 0.0f);
+  const int previous_threads = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
   double best = 1e30;
   for (int r = 0; r < repeats; r++) {
     auto start = Clock::now();
@@ -62,6 +68,7 @@ double time_sgemm(const std::vector<Gemm>& gemms, int repeats) {
     }
     best = std::min(best, ms_since(start));
   }
+  openblas_set_num_threads(previous_threads);
   return best;
 }
 
@@ -113,7 +120,8 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   for (const Gemm& g : gemms) flops += g.flops();
   r.model_gflop = flops / 1e9;
   r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
-  r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps));
+  const int threads = config.parallel.threads > 0 ? config.parallel.threads : omp_get_max_threads();
+  r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps), threads);
   r.sgemm_gflops = r.model_gflop / (r.sgemm_ms / 1e3);
   return r;
 }
