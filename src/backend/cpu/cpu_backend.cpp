@@ -2,6 +2,10 @@
 // storage (finite-difference checks). Memory is plain 256-byte aligned host memory; every op
 // forwards to a kernel in this folder (kernels.h), which gets the thread count and the
 // backend's scratch memory through the CpuContext.
+//
+// Threads: every parallel loop runs on `threads` OpenMP threads (num_threads clause, no global
+// setting), and constructing a backend sets OpenBLAS to one thread for the whole process (see
+// matmul.cpp for why). One backend serves one caller at a time: ops share its scratch memory.
 #include <cblas.h>
 #include <omp.h>
 

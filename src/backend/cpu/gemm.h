@@ -59,7 +59,7 @@ void close_block(View view, S* dst, int64_t rows, int64_t cols, int64_t ld) {
 }
 
 // c (M, N) = alpha · op(a) · op(b) + beta · c, op(a) (M, K), op(b) (K, N); single-threaded
-// sgemm (the caller parallelises over blocks, see CpuBackend).
+// sgemm (callers parallelise over blocks with OpenMP, see matmul.cpp).
 inline void gemm(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, float alpha,
                  ConstView a, ConstView b, float beta, View c) {
   if (M == 0 || N == 0) return;
