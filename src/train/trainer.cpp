@@ -209,6 +209,12 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   ProgressBar progress(config.logging.progress, run.step + 1, tc.max_steps);
   spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step", run.step + 1,
                tc.max_steps, micro_batches, B, T);
+  if (run.step == 0 && tc.eval_interval > 0) {
+    // The starting point of the validation curve (≈ ln(vocab) for a fresh model).
+    result.last_val_loss = run.validation_loss();
+    spdlog::info("step {:>6}/{} | val loss {:.4f}", 0, tc.max_steps, result.last_val_loss);
+    metrics.write({{"step", 0}, {"val_loss", result.last_val_loss}});
+  }
   while (run.step < tc.max_steps) {
     const int64_t t = run.step + 1;
     const auto start = Clock::now();
