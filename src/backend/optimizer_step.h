@@ -1,27 +1,59 @@
 #pragma once
 // The arguments of one optimizer step over one parameter tensor. The strategy (src/optim/)
-// decides which state components exist; the backend runs the per-element math.
+// decides which state components exist; the backend runs the per-element math, which lives
+// in ONE header of __host__ __device__ functions (src/optim/collage_math.h) shared by the
+// cpu loop and the CUDA kernel, so both compute the same bits (COLLAGE.md).
 #include <cstdint>
 
 #include "core/bf16.h"
 
 namespace collage {
 
-// optimizer.precision in YAML. Only fp32_master is implemented so far; the bf16 strategies
-// of COLLAGE.md come behind the same interface.
+// optimizer.precision in YAML. State components, in this order (state[0..3]):
+//   fp32_master   {master f32, m f32, v f32}        16 bytes/parameter with θ and g
+//   bf16          {m bf16, v bf16}                   8
+//   collage_light {m, v, δθ} bf16                   10
+//   collage_plus  {m, v, δθ, δv} bf16               12
+//   kahan         {m, v, compensation} bf16         10
+//   stochastic    {m, v} bf16; θ stochastically rounded from fp32   8
 enum class Precision { fp32_master, bf16, collage_light, collage_plus, kahan, stochastic };
+
+// optimizer.adam_order: where bias correction and eps enter (COLLAGE.md "One step").
+// torch: denom = sqrt(v)/sqrt(bc2) + eps, m·(−lr/bc1) (GPT configs, NeMo/PyTorch AdamW);
+// hf: denom = sqrt(v) + eps, m·(−lr·sqrt(bc2)/bc1) (HF AdamW; BERT/RoBERTa configs).
+enum class AdamOrder { torch, hf };
+
+// Effective descent quality sums of one step (COLLAGE.md "EDQ"), accumulated over elements:
+// u is the intended update, Δ = θ_new − θ_old what the stored weights received (fp32-master:
+// the master's change).
+struct EdqSums {
+  double dot = 0;        // Σ Δ·u
+  double u_squared = 0;  // Σ u²
+  int64_t updated = 0;   // #{u ≠ 0}
+  int64_t lost = 0;      // #{u ≠ 0 and θ_new == θ_old}
+  EdqSums& operator+=(const EdqSums& o) {
+    dot += o.dot, u_squared += o.u_squared, updated += o.updated, lost += o.lost;
+    return *this;
+  }
+};
 
 struct OptimizerStep {
   Precision precision = Precision::fp32_master;
+  AdamOrder adam_order = AdamOrder::torch;
+  bool collage_plus_reference_quirk = false;  // the published in-place Mult (COLLAGE.md)
   void* param = nullptr;       // (n) the weights the model reads, in the backend's storage type
   const void* grad = nullptr;  // (n) clipped, averaged gradient, same type
   int64_t n = 0;
-  // Strategy state, in the order the strategy declares. fp32_master: {master f32, m f32,
-  // v f32}.
-  void* state[4] = {nullptr, nullptr, nullptr, nullptr};
-  // AdamW hyperparameters of this step (weight_decay already 0 for no-decay tensors).
+  void* state[4] = {nullptr, nullptr, nullptr, nullptr};  // see Precision
+  // AdamW hyperparameters of this step (weight_decay already 0 for no-decay tensors), in
+  // double; the backend forms the fp32 scalars of COLLAGE.md from them once per call.
   double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
   int64_t t = 1;  // step counter, starts at 1
+  // stochastic rounding: element i of this tensor draws from a counter-based RNG keyed by
+  // (rounding_seed, t, rounding_offset + i), so runs and resumes are reproducible.
+  uint64_t rounding_seed = 0;
+  int64_t rounding_offset = 0;
+  EdqSums* edq = nullptr;  // if set, this tensor's EDQ sums are ADDED to *edq
 };
 
 }  // namespace collage
