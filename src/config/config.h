@@ -75,6 +75,14 @@ struct TrainingConfig {
 
 struct OptimizerConfig {
   Precision precision = Precision::fp32_master;
+  // torch | hf: where bias correction and eps enter the update (optimizer_step.h). GPT
+  // configs use torch (NeMo/PyTorch AdamW); hf is HF's AdamW (BERT/RoBERTa).
+  AdamOrder adam_order = AdamOrder::torch;
+  // Reproduce the published collage-plus code's in-place Mult (COLLAGE.md) for comparisons
+  // with the paper's runs. Only collage-plus has that code path, so validation rejects true
+  // with any other precision (silently ignoring it would hide a mistaken config).
+  bool collage_plus_reference_quirk = false;
+  bool edq = true;  // compute effective descent quality every step (COLLAGE.md "EDQ")
   double lr = 6e-4;
   double min_lr = 6e-5;
   double beta1 = 0.9;
@@ -101,6 +109,9 @@ struct LoggingConfig {
   std::string dir = "runs/default";  // metrics.jsonl, log, resolved config
   std::string level = "info";
   std::string progress = "auto";  // auto | on | off
+  // EDQ per layer group as well as globally: embeddings, h.0 ... h.{L-1}, head (ln_f and
+  // an untied lm_head), grouped by parameter-name prefix; needs optimizer.edq.
+  bool edq_groups = false;
 
   bool operator==(const LoggingConfig&) const = default;
 };
@@ -139,6 +150,10 @@ const char* precision_name(Precision p);
 Precision parse_precision(const std::string& name);
 // The valid names, comma-separated, for messages and --help.
 std::string precision_names();
+
+// optimizer.adam_order names: "torch" | "hf"; an unknown name throws Error listing both.
+const char* adam_order_name(AdamOrder order);
+AdamOrder parse_adam_order(const std::string& name);
 
 // The checks parse_config() runs, for callers that know more than the file does: the trainer
 // re-runs them with the real data-parallel size (global_batch_size must be a multiple of

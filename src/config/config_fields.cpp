@@ -41,6 +41,9 @@ std::vector<ConfigField> config_fields(Config& c) {
       {"training.seed", &t.seed},
 
       {"optimizer.precision", &o.precision},
+      {"optimizer.adam_order", &o.adam_order},
+      {"optimizer.collage_plus_reference_quirk", &o.collage_plus_reference_quirk},
+      {"optimizer.edq", &o.edq},
       {"optimizer.lr", &o.lr},
       {"optimizer.min_lr", &o.min_lr},
       {"optimizer.beta1", &o.beta1},
@@ -59,6 +62,7 @@ std::vector<ConfigField> config_fields(Config& c) {
       {"logging.dir", &c.logging.dir},
       {"logging.level", &c.logging.level},
       {"logging.progress", &c.logging.progress},
+      {"logging.edq_groups", &c.logging.edq_groups},
 
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.interval", &c.checkpoint.interval},

@@ -14,7 +14,7 @@ namespace collage {
 
 using FieldTarget =
     std::variant<int*, int64_t*, uint64_t*, float*, double*, bool*, std::string*, Precision*,
-                 std::vector<std::string>*, std::vector<DatasetSource>*>;
+                 AdamOrder*, std::vector<std::string>*, std::vector<DatasetSource>*>;
 
 struct ConfigField {
   std::string path;  // "section.key"

@@ -1,4 +1,5 @@
-// optimizer.precision names <-> the Precision enum (DESIGN.md §4 lists what each one is).
+// optimizer.precision names <-> the Precision enum (DESIGN.md §4 lists what each one is),
+// and optimizer.adam_order names <-> AdamOrder.
 #include <string>
 
 #include "config/config.h"
@@ -42,6 +43,14 @@ Precision parse_precision(const std::string& name) {
   for (Precision p : kAllPrecisions)
     if (name == precision_name(p)) return p;
   fail("unknown precision '{}' (valid: {})", name, precision_names());
+}
+
+const char* adam_order_name(AdamOrder order) { return order == AdamOrder::torch ? "torch" : "hf"; }
+
+AdamOrder parse_adam_order(const std::string& name) {
+  for (AdamOrder order : {AdamOrder::torch, AdamOrder::hf})
+    if (name == adam_order_name(order)) return order;
+  fail("unknown adam order '{}' (valid: torch, hf)", name);
 }
 
 }  // namespace collage

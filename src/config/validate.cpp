@@ -133,6 +133,10 @@ void check_optimizer(const Checker& c, const OptimizerConfig& o) {
   c.one_of("optimizer.schedule", o.schedule, {"cosine", "linear", "constant"});
   c.non_negative("optimizer.warmup_steps", o.warmup_steps);
   c.positive("optimizer.decay_steps", o.decay_steps);
+  if (o.collage_plus_reference_quirk && o.precision != Precision::collage_plus)
+    c.reject("optimizer.collage_plus_reference_quirk",
+             "true only applies to optimizer.precision collage-plus, but the precision is '{}'",
+             precision_name(o.precision));
   if (o.schedule != "constant" && o.warmup_steps > o.decay_steps)
     c.reject("optimizer.warmup_steps", "{} is larger than optimizer.decay_steps {}", o.warmup_steps,
              o.decay_steps);
@@ -146,6 +150,8 @@ void check_rest(const Checker& c, const Config& config) {
   c.one_of("logging.level", config.logging.level,
            {"trace", "debug", "info", "warn", "error", "critical", "off"});
   c.one_of("logging.progress", config.logging.progress, {"auto", "on", "off"});
+  if (config.logging.edq_groups && !config.optimizer.edq)
+    c.reject("logging.edq_groups", "true needs optimizer.edq: true (EDQ is switched off)");
   c.non_negative("checkpoint.interval", config.checkpoint.interval);
   c.positive("checkpoint.keep", config.checkpoint.keep);
 }

@@ -189,6 +189,13 @@ void read_field(const YAML::Node& node, const FieldTarget& target, const ValueCo
           } catch (const Error& e) {
             fail("{}: {}: {}", where.origin, where.key, e.what());
           }
+        } else if constexpr (std::is_same_v<T, AdamOrder>) {
+          if (!node.IsScalar()) type_error(where, "torch or hf", node);
+          try {
+            *field = parse_adam_order(node.Scalar());
+          } catch (const Error& e) {
+            fail("{}: {}: {}", where.origin, where.key, e.what());
+          }
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           *field = read_string_list(node, where);
         } else {
@@ -212,6 +219,8 @@ std::string write_field(const std::string& name, const FieldTarget& target, int 
           return head + " " + yaml_string(*field) + "\n";
         } else if constexpr (std::is_same_v<T, Precision>) {
           return head + " " + precision_name(*field) + "\n";
+        } else if constexpr (std::is_same_v<T, AdamOrder>) {
+          return head + " " + adam_order_name(*field) + "\n";
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           std::string items;
           for (const std::string& s : *field) items += (items.empty() ? "" : ", ") + yaml_string(s);

@@ -34,10 +34,14 @@ TEST(ConfigParse, MinimalConfigTakesTheDocumentedDefaults) {
   EXPECT_EQ(c.data.split, "980,10,10");
   EXPECT_EQ(c.data.seq_len, 1024);
   EXPECT_EQ(c.optimizer.precision, Precision::fp32_master);
+  EXPECT_EQ(c.optimizer.adam_order, AdamOrder::torch);
+  EXPECT_FALSE(c.optimizer.collage_plus_reference_quirk);
+  EXPECT_TRUE(c.optimizer.edq);
   EXPECT_EQ(c.optimizer.schedule, "cosine");
   EXPECT_EQ(c.optimizer.beta2, 0.95);
   EXPECT_EQ(c.parallel.backend, "cpu");
   EXPECT_EQ(c.logging.progress, "auto");
+  EXPECT_FALSE(c.logging.edq_groups);
   EXPECT_EQ(c.checkpoint.keep, 3);
   // And nothing else moved away from the struct defaults.
   Config expected;
@@ -141,6 +145,23 @@ TEST(ConfigParse, PrecisionIsAnEnumListingTheValidNames) {
   EXPECT_EQ(error_of(with("optimizer", "precision: fp16")),
             "t.yaml: optimizer.precision: unknown precision 'fp16' (valid: fp32-master, bf16, "
             "collage-light, collage-plus, kahan, stochastic)");
+}
+
+TEST(ConfigParse, AdamOrderIsAnEnumListingTheValidNames) {
+  EXPECT_EQ(error_of(with("optimizer", "adam_order: pytorch")),
+            "t.yaml: optimizer.adam_order: unknown adam order 'pytorch' (valid: torch, hf)");
+  EXPECT_EQ(error_of(with("optimizer", "adam_order: [torch]")),
+            "t.yaml: optimizer.adam_order: expected torch or hf, got a list");
+  EXPECT_EQ(parse_config(with("optimizer", "adam_order: hf"), "t.yaml").optimizer.adam_order,
+            AdamOrder::hf);
+  EXPECT_EQ(parse_config(with("optimizer", "adam_order: torch"), "t.yaml").optimizer.adam_order,
+            AdamOrder::torch);
+  EXPECT_STREQ(adam_order_name(AdamOrder::torch), "torch");
+  EXPECT_STREQ(adam_order_name(AdamOrder::hf), "hf");
+  EXPECT_EQ(error_of(with("optimizer", "edq: sometimes")),
+            "t.yaml: optimizer.edq: expected true or false, got 'sometimes'");
+  EXPECT_EQ(error_of(with("logging", "edq_groups: 1")),
+            "t.yaml: logging.edq_groups: expected true or false, got '1'");
 }
 
 TEST(ConfigParse, SyntaxErrorsNameTheFileAndLine) {

@@ -28,7 +28,10 @@ TEST(ConfigRoundTrip, AwkwardValuesSurvive) {
   c.data.seed = 18446744073709551615ull;
   c.training.max_steps = int64_t{1} << 40;
   c.training.seed = 0;
-  c.optimizer.precision = Precision::collage_light;
+  c.optimizer.precision = Precision::collage_plus;
+  c.optimizer.adam_order = AdamOrder::hf;
+  c.optimizer.collage_plus_reference_quirk = true;
+  c.optimizer.edq = true;
   c.optimizer.lr = 0.1 + 0.2;  // 0.30000000000000004
   c.optimizer.min_lr = 1e-7;
   c.optimizer.beta2 = 0.999;
@@ -38,6 +41,7 @@ TEST(ConfigRoundTrip, AwkwardValuesSurvive) {
   c.parallel.tensor_parallel = 2;
   c.logging.dir = "runs/x: y";
   c.logging.progress = "off";
+  c.logging.edq_groups = true;
   c.checkpoint.dir = "";
   c.checkpoint.keep = 1;
   EXPECT_EQ(roundtrip(c), c) << config_to_yaml(c);
@@ -56,18 +60,35 @@ TEST(ConfigRoundTrip, WritesEveryKey) {
   c.data.datasets = {{"d", 1}};
   std::string yaml = config_to_yaml(c);
   // A few keys spelled out independently of the key table, one per section.
-  for (const char* line :
-       {"model:\n", "  n_layer: 12\n", "  tie_embeddings: true\n", "data:\n",
-        "  datasets:\n    - prefix: d\n      weight: 1\n", "  prepare_from: []\n",
-        "  vocab_file: \"\"\n", "training:\n", "  max_steps: 1000\n", "optimizer:\n",
-        "  precision: fp32-master\n", "  lr: 0.0006\n", "parallel:\n", "  backend: cpu\n",
-        "logging:\n", "  progress: auto\n", "checkpoint:\n", "  dir: \"\"\n", "  keep: 3\n"})
+  for (const char* line : {"model:\n",
+                           "  n_layer: 12\n",
+                           "  tie_embeddings: true\n",
+                           "data:\n",
+                           "  datasets:\n    - prefix: d\n      weight: 1\n",
+                           "  prepare_from: []\n",
+                           "  vocab_file: \"\"\n",
+                           "training:\n",
+                           "  max_steps: 1000\n",
+                           "optimizer:\n",
+                           "  precision: fp32-master\n",
+                           "  adam_order: torch\n",
+                           "  collage_plus_reference_quirk: false\n",
+                           "  edq: true\n",
+                           "  lr: 0.0006\n",
+                           "parallel:\n",
+                           "  backend: cpu\n",
+                           "logging:\n",
+                           "  progress: auto\n",
+                           "  edq_groups: false\n",
+                           "checkpoint:\n",
+                           "  dir: \"\"\n",
+                           "  keep: 3\n"})
     EXPECT_NE(yaml.find(line), std::string::npos) << "missing " << line << " in\n" << yaml;
-  // 46 keys, each on its own line under its section (datasets takes two more per source).
+  // 50 keys, each on its own line under its section (datasets takes two more per source).
   size_t key_lines = 0;
   for (size_t pos = 0; (pos = yaml.find("\n  ", pos)) != std::string::npos; pos++)
     if (yaml[pos + 3] != ' ') key_lines++;
-  EXPECT_EQ(key_lines, 46u) << yaml;
+  EXPECT_EQ(key_lines, 50u) << yaml;
   EXPECT_EQ(roundtrip(c), c);
 }
 

@@ -86,6 +86,31 @@ TEST(ConfigValidate, RejectsUnknownEnumValues) {
     parse_config(with("logging", ok), "t.yaml");
 }
 
+TEST(ConfigValidate, ReferenceQuirkOnlyWithCollagePlusAndEdqGroupsOnlyWithEdq) {
+  // The quirk changes collage-plus's Mult; with any other strategy it would do nothing.
+  for (const char* precision : {"fp32-master", "bf16", "collage-light", "kahan", "stochastic"})
+    EXPECT_EQ(error_of(with("optimizer", std::string("{precision: ") + precision +
+                                             ", collage_plus_reference_quirk: true}")),
+              std::string("t.yaml: optimizer.collage_plus_reference_quirk: true only applies to "
+                          "optimizer.precision collage-plus, but the precision is '") +
+                  precision + "'");
+  Config c = parse_config(
+      with("optimizer", "{precision: collage-plus, collage_plus_reference_quirk: true}"), "t.yaml");
+  EXPECT_TRUE(c.optimizer.collage_plus_reference_quirk);
+  // An override naming the quirk is reported as the override.
+  EXPECT_EQ(error_of(kMinimalYaml, {"optimizer.collage_plus_reference_quirk=true"}),
+            "t.yaml (--set optimizer.collage_plus_reference_quirk=true): "
+            "optimizer.collage_plus_reference_quirk: true only applies to optimizer.precision "
+            "collage-plus, but the precision is 'fp32-master'");
+
+  EXPECT_EQ(error_of(std::string(kMinimalYaml) +
+                     "optimizer:\n  edq: false\nlogging:\n  edq_groups: true\n"),
+            "t.yaml: logging.edq_groups: true needs optimizer.edq: true (EDQ is switched off)");
+  c = parse_config(std::string(kMinimalYaml) + "optimizer:\n  edq: false\n", "t.yaml");
+  EXPECT_FALSE(c.optimizer.edq);
+  EXPECT_FALSE(c.logging.edq_groups);
+}
+
 TEST(ConfigValidate, RejectsInconsistentModelShapes) {
   expect_rejections({
       {"model", "n_head: 7", "model.n_head: 7 does not divide model.hidden_size 768"},
