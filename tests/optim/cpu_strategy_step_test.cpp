@@ -1,0 +1,311 @@
+// The cpu backend's optimizer_step for every strategy == the header's per-element step
+// (src/optim/collage_math.h) applied element by element, bit for bit; its EDQ sums equal the
+// header's terms summed (exactly for the counts); 1 and 2 threads give identical bits for θ,
+// the state and the EDQ sums; the fp32 backend runs fp32-master only.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "optim/collage_math.h"
+#include "reference_math.h"
+
+namespace collage::test {
+namespace {
+
+using math::bfloat;
+
+constexpr int64_t kN = 100003;  // several of the backend's chunks, and a ragged last one
+constexpr int kSteps = 3;
+
+int state_count(Precision p) {
+  switch (p) {
+    case Precision::bf16:
+    case Precision::stochastic:
+      return 2;
+    case Precision::collage_plus:
+      return 4;
+    default:
+      return 3;
+  }
+}
+
+struct Case {
+  Precision precision;
+  AdamOrder order;
+  bool quirk;
+  double weight_decay;
+};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  for (Precision p : {Precision::fp32_master, Precision::bf16, Precision::collage_light,
+                      Precision::collage_plus, Precision::kahan, Precision::stochastic}) {
+    for (AdamOrder order : {AdamOrder::torch, AdamOrder::hf}) {
+      out.push_back({p, order, false, order == AdamOrder::torch ? 0.1 : 0.0});
+    }
+  }
+  out.push_back({Precision::collage_plus, AdamOrder::torch, true, 0.1});
+  return out;
+}
+
+// Host copies of one tensor's θ, gradients per step and state (raw bytes per component).
+struct HostTensor {
+  std::vector<bf16> theta;
+  std::vector<std::vector<bf16>> grads;
+  std::vector<std::vector<uint8_t>> state;
+};
+
+HostTensor make_tensor(const Case& c, uint64_t seed) {
+  Bf16Random r(seed);
+  HostTensor h;
+  auto b = [](double x) { return bf16{bits_of(rb(x))}; };
+  for (int64_t i = 0; i < kN; i++)
+    h.theta.push_back(b(r.normal() * std::pow(10.0, r.uniform(-3, 0))));
+  for (int s = 0; s < kSteps; s++) {
+    std::vector<bf16> g(kN);
+    for (int64_t i = 0; i < kN; i++) g[i] = b(r.normal() * std::pow(10.0, r.uniform(-5, 0)));
+    h.grads.push_back(g);
+  }
+  const bool fp32 = c.precision == Precision::fp32_master;
+  for (int k = 0; k < state_count(c.precision); k++) {
+    std::vector<uint8_t> bytes(kN * (fp32 ? 4 : 2));
+    for (int64_t i = 0; i < kN; i++) {
+      if (fp32) {
+        const float x = k == 0 ? bf16_to_float(h.theta[i]) : 0.0f;  // master = θ; m, v = 0
+        std::memcpy(&bytes[4 * i], &x, 4);
+      } else {
+        // m, v start at 0 (as in training); the low parts/compensation start at 0 too.
+        std::memset(&bytes[2 * i], 0, 2);
+      }
+    }
+    h.state.push_back(bytes);
+  }
+  return h;
+}
+
+OptimizerStep make_step(const Case& c, int64_t t) {
+  OptimizerStep s;
+  s.precision = c.precision;
+  s.adam_order = c.order;
+  s.collage_plus_reference_quirk = c.quirk;
+  s.n = kN;
+  s.lr = 1e-3, s.beta1 = 0.9, s.beta2 = 0.95, s.eps = 1e-8, s.weight_decay = c.weight_decay;
+  s.t = t;
+  s.rounding_seed = 1234;
+  s.rounding_offset = 777;
+  return s;
+}
+
+// Runs kSteps of the backend on a copy of h; returns the final host tensor and EDQ sums.
+HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<EdqSums>& edq) {
+  auto backend = make_cpu_backend(threads);
+  const size_t nbytes = kN * sizeof(bf16);
+  void* theta = backend->allocate(nbytes);
+  void* grad = backend->allocate(nbytes);
+  std::vector<void*> state;
+  backend->copy_to_device(theta, h.theta.data(), nbytes);
+  for (auto& s : h.state) {
+    state.push_back(backend->allocate(s.size()));
+    backend->copy_to_device(state.back(), s.data(), s.size());
+  }
+  edq.assign(kSteps, EdqSums{});
+  for (int k = 0; k < kSteps; k++) {
+    backend->copy_to_device(grad, h.grads[k].data(), nbytes);
+    OptimizerStep s = make_step(c, k + 1);
+    s.param = theta, s.grad = grad;
+    for (size_t j = 0; j < state.size(); j++) s.state[j] = state[j];
+    s.edq = &edq[k];
+    backend->optimizer_step(s);
+  }
+  backend->copy_to_host(h.theta.data(), theta, nbytes);
+  for (size_t j = 0; j < state.size(); j++) {
+    backend->copy_to_host(h.state[j].data(), state[j], h.state[j].size());
+    backend->release(state[j]);
+  }
+  backend->release(theta);
+  backend->release(grad);
+  return h;
+}
+
+// The same steps through the header, element by element, in order.
+HostTensor run_header(const Case& c, HostTensor h, std::vector<math::EdqAccumulator>& edq) {
+  edq.assign(kSteps, math::EdqAccumulator{});
+  auto get = [&](int k, int64_t i) {
+    return math::bf16_from_bits(reinterpret_cast<uint16_t*>(h.state[k].data())[i]);
+  };
+  auto put = [&](int k, int64_t i, bfloat x) {
+    reinterpret_cast<uint16_t*>(h.state[k].data())[i] = math::bf16_bits(x);
+  };
+  for (int k = 0; k < kSteps; k++) {
+    const OptimizerStep st = make_step(c, k + 1);
+    const math::AdamScalars s = math::make_adam_scalars(
+        st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.t, c.order == AdamOrder::hf);
+    for (int64_t i = 0; i < kN; i++) {
+      bfloat th = math::bf16_from_bits(h.theta[i].bits);
+      const bfloat g = math::bf16_from_bits(h.grads[k][i].bits);
+      if (c.precision == Precision::fp32_master) {
+        float* f[3];
+        for (int j = 0; j < 3; j++) f[j] = reinterpret_cast<float*>(h.state[j].data()) + i;
+        edq[k].add(math::step_fp32_master(*f[0], math::to_f32(g), *f[1], *f[2], s));
+        h.theta[i].bits = math::bf16_bits(math::rn(*f[0]));
+        continue;
+      }
+      bfloat m = get(0, i), v = get(1, i);
+      bfloat extra = state_count(c.precision) > 2 ? get(2, i) : bfloat{};
+      bfloat dv = state_count(c.precision) > 3 ? get(3, i) : bfloat{};
+      switch (c.precision) {
+        case Precision::bf16:
+          edq[k].add(math::step_bf16(th, g, m, v, s));
+          break;
+        case Precision::collage_light:
+          edq[k].add(math::step_collage_light(th, g, m, v, extra, s));
+          break;
+        case Precision::collage_plus:
+          edq[k].add(math::step_collage_plus(th, g, m, v, extra, dv, s, c.quirk));
+          break;
+        case Precision::kahan:
+          edq[k].add(math::step_kahan(th, g, m, v, extra, s));
+          break;
+        case Precision::stochastic:
+          edq[k].add(math::step_stochastic(th, g, m, v, s, st.rounding_seed, st.t,
+                                           st.rounding_offset + i));
+          break;
+        default:
+          break;
+      }
+      h.theta[i].bits = math::bf16_bits(th);
+      put(0, i, m), put(1, i, v);
+      if (state_count(c.precision) > 2) put(2, i, extra);
+      if (state_count(c.precision) > 3) put(3, i, dv);
+    }
+  }
+  return h;
+}
+
+bool same_edq_bits(const EdqSums& a, const EdqSums& b) {
+  return std::memcmp(&a.dot, &b.dot, 8) == 0 && std::memcmp(&a.u_squared, &b.u_squared, 8) == 0 &&
+         a.updated == b.updated && a.lost == b.lost;
+}
+
+std::string describe(const Case& c) {
+  const char* names[] = {"fp32-master",  "bf16",  "collage-light",
+                         "collage-plus", "kahan", "stochastic"};
+  return std::string(names[int(c.precision)]) + (c.order == AdamOrder::hf ? " hf" : " torch") +
+         (c.quirk ? " quirk" : "");
+}
+
+TEST(CpuStrategyStep, MatchesTheHeaderBitForBitWithDeterministicEdq) {
+  uint64_t seed = 1;
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(describe(c));
+    const HostTensor start = make_tensor(c, seed++);
+    std::vector<math::EdqAccumulator> want_edq;
+    const HostTensor want = run_header(c, start, want_edq);
+    std::vector<EdqSums> edq1, edq2, edq2_again;
+    const HostTensor one = run_backend(c, start, 1, edq1);
+    const HostTensor two = run_backend(c, start, 2, edq2);
+    const HostTensor two_again = run_backend(c, start, 2, edq2_again);
+    for (const HostTensor* got : {&one, &two, &two_again}) {
+      ASSERT_EQ(0, std::memcmp(got->theta.data(), want.theta.data(), kN * sizeof(bf16)));
+      for (size_t j = 0; j < want.state.size(); j++) {
+        ASSERT_EQ(got->state[j], want.state[j]) << "state " << j;
+      }
+    }
+    for (int k = 0; k < kSteps; k++) {
+      ASSERT_TRUE(same_edq_bits(edq1[k], edq2[k])) << "step " << k;  // any thread count
+      ASSERT_TRUE(same_edq_bits(edq2[k], edq2_again[k])) << "step " << k;
+      EXPECT_EQ(edq1[k].updated, want_edq[k].updated);
+      EXPECT_EQ(edq1[k].lost, want_edq[k].lost);
+      EXPECT_GT(edq1[k].updated, kN / 2);
+      // Summation order differs from the sequential sum: rounding only.
+      EXPECT_NEAR(edq1[k].dot, want_edq[k].dot, 1e-12 * std::fabs(want_edq[k].dot));
+      EXPECT_NEAR(edq1[k].u_squared, want_edq[k].u_squared, 1e-12 * want_edq[k].u_squared);
+    }
+  }
+}
+
+TEST(CpuStrategyStep, EdqIsOptionalAndAddsUp) {
+  const Case c{Precision::collage_light, AdamOrder::torch, false, 0.1};
+  const HostTensor start = make_tensor(c, 99);
+  auto backend = make_cpu_backend(2);
+  std::vector<void*> buffers;
+  auto upload = [&](const void* data, size_t bytes) {
+    buffers.push_back(backend->allocate(bytes));
+    backend->copy_to_device(buffers.back(), data, bytes);
+    return buffers.back();
+  };
+  OptimizerStep s = make_step(c, 1);
+  s.param = upload(start.theta.data(), kN * 2);
+  s.grad = upload(start.grads[0].data(), kN * 2);
+  for (int j = 0; j < 3; j++) s.state[j] = upload(start.state[j].data(), kN * 2);
+  EXPECT_NO_THROW(backend->optimizer_step(s));  // no EDQ requested
+  EdqSums sums;
+  sums.updated = 5, sums.lost = 2, sums.dot = 1.5, sums.u_squared = 2.5;
+  s.edq = &sums;
+  s.t = 2;
+  backend->optimizer_step(s);
+  EXPECT_GT(sums.updated, 5);  // added to what was there
+  EXPECT_GE(sums.lost, 2);
+  for (void* p : buffers) backend->release(p);
+}
+
+TEST(CpuStrategyStep, Fp32BackendRunsFp32MasterOnly) {
+  auto backend = make_cpu_backend_fp32(1);
+  std::vector<float> theta = {1.0f, -2.0f, 0.5f}, grad = {0.1f, 0.2f, -0.3f};
+  std::vector<float> master = theta, m(3, 0.0f), v(3, 0.0f);
+  void* d[5];
+  const std::vector<float>* host[5] = {&theta, &grad, &master, &m, &v};
+  for (int j = 0; j < 5; j++) {
+    d[j] = backend->allocate(12);
+    backend->copy_to_device(d[j], host[j]->data(), 12);
+  }
+  OptimizerStep s;
+  s.param = d[0], s.grad = d[1], s.state[0] = d[2], s.state[1] = d[3], s.state[2] = d[4];
+  s.n = 3, s.lr = 1e-2, s.weight_decay = 0.1, s.t = 1;
+  backend->optimizer_step(s);
+  std::vector<float> got(3);
+  backend->copy_to_host(got.data(), d[0], 12);
+  const math::AdamScalars sc = math::make_adam_scalars(1e-2, 0.9, 0.95, 1e-8, 0.1, 1, false);
+  for (int i = 0; i < 3; i++) {
+    float w = theta[i], mi = 0, vi = 0;
+    math::step_fp32_master(w, grad[i], mi, vi, sc);
+    EXPECT_EQ(got[i], w) << i;  // θ is the master itself
+  }
+  for (Precision p : {Precision::bf16, Precision::collage_light, Precision::collage_plus,
+                      Precision::kahan, Precision::stochastic}) {
+    s.precision = p;
+    try {
+      backend->optimizer_step(s);
+      ADD_FAILURE() << "no error for precision " << int(p);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bf16 backend"), std::string::npos) << e.what();
+    }
+  }
+  for (void* p : d) backend->release(p);
+}
+
+TEST(CpuStrategyStep, MissingStateIsAnErrorNamingTheStrategy) {
+  auto backend = make_cpu_backend(1);
+  void* theta = backend->allocate(8);
+  void* grad = backend->allocate(8);
+  void* a = backend->allocate(8);
+  OptimizerStep s;
+  s.precision = Precision::collage_plus;
+  s.param = theta, s.grad = grad, s.state[0] = a, s.state[1] = a, s.state[2] = a;
+  s.n = 4;
+  try {
+    backend->optimizer_step(s);
+    ADD_FAILURE() << "no error without state[3]";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("collage-plus"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("state[3]"), std::string::npos) << e.what();
+  }
+  for (void* p : {theta, grad, a}) backend->release(p);
+}
+
+}  // namespace
+}  // namespace collage::test
