@@ -1,4 +1,4 @@
-// `collage train CONFIG.yaml [--set key=value ...] [--resume [latest|PATH]]`
+// `collage train CONFIG.yaml [--set key=value ...] [--resume [latest|PATH]] [--convert-precision]`
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -12,12 +12,15 @@ void add_train_command(CLI::App& root) {
     std::string config_path;
     std::vector<std::string> overrides;
     std::string resume;
+    bool convert_precision = false;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = root.add_subcommand(
       "train",
       "Train a model from a YAML config.\n"
-      "Logs a line per step (loss, lr, grad norm, tokens/s, ms/step) to the console and\n"
+      "Logs this rank's memory (parameters, gradients, optimizer state by component,\n"
+      "activations, bytes/parameter) at the start, then a line per step (loss, lr, grad norm,\n"
+      "EDQ ratio and share of lost updates, tokens/s, ms/step) to the console and\n"
       "<logging.dir>/train.log, metrics to <logging.dir>/metrics.jsonl, the resolved config\n"
       "to <logging.dir>/config.yaml, and checkpoints to <checkpoint.dir> (default\n"
       "<logging.dir>/checkpoints) every checkpoint.interval steps and at the end.");
@@ -31,11 +34,17 @@ void add_train_command(CLI::App& root) {
                                  "Continue from a checkpoint: 'latest' (newest valid checkpoint in "
                                  "checkpoint.dir) or a path to a .ckpt file. Default: start fresh")
                      ->expected(0, 1);
+  cmd->add_flag("--convert-precision", options->convert_precision,
+                "With --resume: accept a checkpoint of another optimizer.precision and convert "
+                "its optimizer state to the config's (e.g. fp32-master -> collage-plus keeps the "
+                "master's low bits in the error terms). Default: off, such a resume is refused")
+      ->needs(resume);
   cmd->callback([options, resume] {
     if (resume->count() > 0 && options->resume.empty()) options->resume = "latest";
     Config config = load_config(options->config_path, options->overrides);
     TrainOptions train_options;
     train_options.resume = options->resume;
+    train_options.convert_precision = options->convert_precision;
     TrainResult result = train(config, train_options);
     spdlog::info(
         "done: step {}, loss {:.4f}{}", result.last_step, result.last_loss,

@@ -42,17 +42,31 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
   weights_ = bind_weights(params_);
   grad_weights_ = bind_weights(grads_);
 
-  Arena counting;  // first pass sizes the arena, second pass hands out the pointers
-  plan_activations(counting);
-  act_arena_ = std::make_unique<Arena>(backend, counting.used(), "activations");
-  acts_ = plan_activations(*act_arena_);
+  // first pass sizes the arena, second pass hands out the pointers
+  act_arena_ = std::make_unique<Arena>(
+      backend, planned_activation_bytes(config, micro_batch, seq_len, layout.tp), "activations");
+  acts_ = plan_activations(config, micro_batch, seq_len, layout.tp, *act_arena_);
 }
 
 template <typename Storage>
-GptActivations<Storage> GptT<Storage>::plan_activations(Arena& arena) const {
-  const int64_t N = int64_t{micro_batch_} * seq_len_, C = C_;
-  const int64_t C3 = 3 * C / layout_.tp, Cl = C / layout_.tp, Fl = local_ffn_;
-  const int64_t Vl = Vp_ / layout_.tp;
+size_t GptT<Storage>::planned_activation_bytes(const ModelConfig& config, int micro_batch,
+                                               int seq_len, int tp) {
+  gpt_parameter_table(config, tp);  // validates the config and tp
+  COLLAGE_CHECK(micro_batch >= 1 && seq_len >= 1,
+                "GPT activations: micro-batch {} and sequence length {} must be >= 1", micro_batch,
+                seq_len);
+  Arena counting;
+  plan_activations(config, micro_batch, seq_len, tp, counting);
+  return counting.used();
+}
+
+template <typename Storage>
+GptActivations<Storage> GptT<Storage>::plan_activations(const ModelConfig& config, int micro_batch,
+                                                        int seq_len, int tp, Arena& arena) {
+  const int64_t N = int64_t{micro_batch} * seq_len, C = config.hidden_size;
+  const int64_t C3 = 3 * C / tp, Cl = C / tp, Fl = config.ffn() / tp;
+  const int64_t Vl = config.padded_vocab(tp) / tp, NHl = config.n_head / tp;
+  const bool rope = config.position_embedding == "rope";
   auto take = [&](int64_t count) { return arena.take<Storage>(count); };
   auto take_f32 = [&](int64_t count) { return arena.take<float>(count); };
 
@@ -60,15 +74,15 @@ GptActivations<Storage> GptT<Storage>::plan_activations(Arena& arena) const {
   a.tokens = arena.take<int32_t>(N);
   a.targets = arena.take<int32_t>(N);
   a.encoded = take(N * C);
-  a.layers.resize(config_.n_layer);
+  a.layers.resize(config.n_layer);
   for (GptLayerActivations<Storage>& l : a.layers) {
     l.ln1 = take(N * C);
     l.ln1_mean = take_f32(N);
     l.ln1_rstd = take_f32(N);
     l.qkv = take(N * C3);
-    l.qkv_rope = rope_ ? take(N * C3) : nullptr;
+    l.qkv_rope = rope ? take(N * C3) : nullptr;
     l.atty = take(N * Cl);
-    l.att_lse = take_f32(N * local_heads_);
+    l.att_lse = take_f32(N * NHl);
     l.residual2 = take(N * C);
     l.ln2 = take(N * C);
     l.ln2_mean = take_f32(N);
@@ -88,7 +102,7 @@ GptActivations<Storage> GptT<Storage>::plan_activations(Arena& arena) const {
   a.dlogits = take(N * Vl);
   a.dln1 = take(N * C);  // first of the per-layer scratch region
   a.dqkv = take(N * C3);
-  a.dqkv_rope = rope_ ? take(N * C3) : nullptr;
+  a.dqkv_rope = rope ? take(N * C3) : nullptr;
   a.datty = take(N * Cl);
   a.dln2 = take(N * C);
   a.dfch = take(N * Fl);

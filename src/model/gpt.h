@@ -80,7 +80,14 @@ class GptT {
   const Storage* logits() const { return acts_.logits; }  // (B·T, Vp/tp) of the last forward
 
   size_t parameter_bytes() const { return param_arena_->capacity(); }
+  size_t gradient_bytes() const { return grad_arena_->capacity(); }
   size_t activation_bytes() const { return act_arena_->capacity(); }
+
+  // The activation_bytes() a model of this shape (micro_batch × seq_len, split tp ways)
+  // allocates, without a backend: the same activation plan run on a counting Arena. For
+  // memory planning (`collage plan`); validates the config like parameter_table().
+  static size_t planned_activation_bytes(const ModelConfig& config, int micro_batch, int seq_len,
+                                         int tp = 1);
 
   const ModelConfig& config() const { return config_; }
   const ParallelLayout& layout() const { return layout_; }
@@ -100,7 +107,9 @@ class GptT {
     Storage* head = nullptr;  // wte when tied, lm_head otherwise
   };
   Weights bind_weights(Storage* base) const;
-  GptActivations<Storage> plan_activations(Arena& arena) const;
+  // Carves every activation buffer from `arena` (a counting Arena only sizes them).
+  static GptActivations<Storage> plan_activations(const ModelConfig& config, int micro_batch,
+                                                  int seq_len, int tp, Arena& arena);
   void check_tokens(const int32_t* tokens, const int32_t* targets, int B) const;
 
   ModelConfig config_;

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -7,29 +8,61 @@
 namespace collage {
 
 std::vector<StateComponent> Optimizer::components(Precision precision) {
+  const StateComponent f32_master{"master", "f32", 4}, f32_m{"m", "f32", 4}, f32_v{"v", "f32", 4};
+  const StateComponent m{"m", "bf16", 2}, v{"v", "bf16", 2};
+  const StateComponent dtheta{"dtheta", "bf16", 2}, dv{"dv", "bf16", 2};
+  const StateComponent compensation{"compensation", "bf16", 2};
   switch (precision) {
-    case Precision::fp32_master:
-      // The (16, 32) mixed-precision baseline: fp32 master weights and moments.
-      return {{"master", "f32", 4, nullptr}, {"m", "f32", 4, nullptr}, {"v", "f32", 4, nullptr}};
-    default:
-      fail("optimizer.precision: '{}' is not implemented yet (available: fp32-master)",
-           precision_name(precision));
+    case Precision::fp32_master:  // the (16, 32) mixed-precision baseline
+      return {f32_master, f32_m, f32_v};
+    case Precision::bf16:
+    case Precision::stochastic:  // θ stochastically rounded: no extra state
+      return {m, v};
+    case Precision::collage_light:
+      return {m, v, dtheta};
+    case Precision::collage_plus:
+      return {m, v, dtheta, dv};
+    case Precision::kahan:
+      return {m, v, compensation};
   }
+  fail("optimizer.precision: unknown strategy {}", int(precision));
+}
+
+StatePlan Optimizer::plan_state(Precision precision, int64_t num_parameters) {
+  StatePlan plan;
+  plan.components = components(precision);
+  Arena counting;  // the same takes as the constructor's, so the sizes agree to the byte
+  for (StateComponent& c : plan.components) {
+    c.bytes = size_t(num_parameters) * c.element_bytes;
+    counting.take<char>(int64_t(c.bytes));
+  }
+  plan.arena_bytes = counting.used();
+  return plan;
 }
 
 Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, std::vector<ParamSpan> spans,
-                     bf16* params, bf16* grads, int64_t num_parameters)
+                     bf16* params, bf16* grads, int64_t num_parameters, OptimizerOptions options)
     : config_(config),
       backend_(backend),
       spans_(std::move(spans)),
       params_(params),
       grads_(grads),
-      num_parameters_(num_parameters) {
-  state_ = components(config.precision);
-  Arena sizing;
-  for (auto& c : state_) sizing.take<char>(num_parameters_ * c.element_bytes);
-  state_arena_ = std::make_unique<Arena>(backend_, sizing.used(), "optimizer state");
-  for (auto& c : state_) c.data = state_arena_->take<char>(num_parameters_ * c.element_bytes);
+      num_parameters_(num_parameters),
+      options_(std::move(options)) {
+  for (const ParamSpan& span : spans_) {
+    COLLAGE_CHECK(span.offset >= 0 && span.numel >= 0 && span.offset + span.numel <= num_parameters,
+                  "optimizer: parameter span [{}, {}) outside the {} parameters", span.offset,
+                  span.offset + span.numel, num_parameters);
+    COLLAGE_CHECK(options_.edq_groups.empty() ||
+                      (span.edq_group >= 0 && span.edq_group < int(options_.edq_groups.size())),
+                  "optimizer: EDQ group {} of span at {} not among the {} groups", span.edq_group,
+                  span.offset, options_.edq_groups.size());
+  }
+  StatePlan plan = plan_state(config.precision, num_parameters_);
+  state_arena_ = std::make_unique<Arena>(backend_, plan.arena_bytes, "optimizer state");
+  state_ = std::move(plan.components);
+  // backend.allocate() zero-fills: moments and error terms start at 0 (COLLAGE.md).
+  for (StateComponent& c : state_) c.data = state_arena_->take<char>(int64_t(c.bytes));
 
   if (config.precision == Precision::fp32_master) {
     // The master copy starts as the bf16 weights, widened exactly.
@@ -37,14 +70,26 @@ Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, std::vecto
     std::vector<float> widened(num_parameters_);
     backend_.copy_to_host(host.data(), params_, num_parameters_ * sizeof(bf16));
     bf16_to_float_array(host.data(), widened.data(), num_parameters_);
-    backend_.copy_to_device(state_[0].data, widened.data(), num_parameters_ * sizeof(float));
+    backend_.copy_to_device(component("master").data, widened.data(),
+                            num_parameters_ * sizeof(float));
   }
 }
 
-void Optimizer::step(int64_t t, double lr) {
+const StateComponent& Optimizer::component(const std::string& name) const {
+  for (const StateComponent& c : state_)
+    if (c.name == name) return c;
+  fail("optimizer: strategy {} has no state component '{}'", precision_name(config_.precision),
+       name);
+}
+
+StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
+  const size_t groups = options_.edq_groups.size();
+  std::vector<EdqSums> local(groups + 1);  // [0] total, [1 + k] group k
   for (const ParamSpan& span : spans_) {
     OptimizerStep s;
     s.precision = config_.precision;
+    s.adam_order = config_.adam_order;
+    s.collage_plus_reference_quirk = config_.collage_plus_reference_quirk;
     s.param = params_ + span.offset;
     s.grad = grads_ + span.offset;
     s.n = span.numel;
@@ -57,8 +102,39 @@ void Optimizer::step(int64_t t, double lr) {
     s.eps = config_.eps;
     s.weight_decay = span.weight_decay ? config_.weight_decay : 0.0;
     s.t = t;
+    // Element i of the span draws the random bits of parameter (offset + i): independent of
+    // how the parameters are cut into spans.
+    s.rounding_seed = options_.rounding_seed;
+    s.rounding_offset = span.offset;
+    EdqSums span_edq;
+    s.edq = config_.edq ? &span_edq : nullptr;
     backend_.optimizer_step(s);
+    local[0] += span_edq;
+    if (groups > 0) local[1 + span.edq_group] += span_edq;
   }
+
+  StepEdq result;
+  if (!config_.edq) return result;
+  // One all-reduce of 4 doubles per sum (counts are exact in a double below 2^53).
+  std::vector<double> packed;
+  for (const EdqSums& e : local)
+    packed.insert(packed.end(), {e.dot, e.u_squared, double(e.updated), double(e.lost)});
+  comm.all_reduce_sum(packed.data(), int64_t(packed.size()));
+  auto unpack = [&](size_t k) {
+    return EdqSums{packed[4 * k], packed[4 * k + 1], std::llround(packed[4 * k + 2]),
+                   std::llround(packed[4 * k + 3])};
+  };
+  result.total = unpack(0);
+  for (size_t k = 0; k < groups; k++) result.groups.push_back(unpack(1 + k));
+  return result;
+}
+
+uint64_t stochastic_rounding_seed(uint64_t training_seed) {
+  // splitmix64's finaliser of (seed ^ salt): neighbouring seeds give unrelated keys.
+  uint64_t z = training_seed ^ 0x636f6c6c61676521ull;  // "collage!"
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
 }  // namespace collage

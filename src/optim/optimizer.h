@@ -1,8 +1,8 @@
 #pragma once
 // Optimizer: AdamW under one precision strategy (optimizer.precision). It owns the
-// strategy's state in one optimizer-state arena and runs the backend's per-tensor step.
-// Parameters are seen as spans of one contiguous parameter/gradient memory, so this layer
-// does not depend on the model.
+// strategy's state in one optimizer-state arena, runs the backend's per-tensor step and
+// returns the step's EDQ sums reduced over the ranks. Parameters are seen as spans of one
+// contiguous parameter/gradient memory, so this layer does not depend on the model.
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +10,7 @@
 #include "backend/arena.h"
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/comm.h"
 
 namespace collage {
 
@@ -17,30 +18,64 @@ struct ParamSpan {
   int64_t offset = 0;  // elements into parameter/gradient memory
   int64_t numel = 0;
   bool weight_decay = false;
+  int edq_group = 0;  // index into OptimizerOptions::edq_groups (ignored when that is empty)
 };
 
-// One named state component, e.g. "master" (f32) or "m" (f32); one value per parameter.
+// One named state component, one value per parameter. Names: "master", "m", "v" (fp32 for
+// fp32-master, bf16 otherwise), "dtheta" (δθ), "dv" (δv), "compensation" (Kahan).
 struct StateComponent {
   std::string name;
-  std::string dtype;  // "f32" or "bf16"
+  std::string dtype;  // "f32" or "bf16" (checkpoint dtype names)
   size_t element_bytes = 0;
-  void* data = nullptr;  // device memory, num_parameters elements
+  size_t bytes = 0;      // num_parameters · element_bytes (0 in components())
+  void* data = nullptr;  // device memory in the state arena (null in a plan)
+};
+
+// The state arena of a strategy for n parameters, as the Optimizer allocates it.
+struct StatePlan {
+  std::vector<StateComponent> components;  // in the backend's state order, data null
+  size_t arena_bytes = 0;                  // components + alignment gaps: the allocation
+};
+
+struct OptimizerOptions {
+  // Key of the stochastic-rounding RNG (see stochastic_rounding_seed()); with the step and
+  // the element's offset in parameter memory it fixes every random bit of a run.
+  uint64_t rounding_seed = 0;
+  // Names of the EDQ groups that ParamSpan::edq_group indexes; empty: global EDQ only.
+  std::vector<std::string> edq_groups;
+};
+
+// EDQ sums of one step over every rank: total, and per group when groups were given.
+struct StepEdq {
+  EdqSums total;
+  std::vector<EdqSums> groups;  // parallel to OptimizerOptions::edq_groups
 };
 
 class Optimizer {
  public:
+  // Allocates and initialises the state: zeros, except fp32-master's master = widened θ
+  // (so construct it after the weights are initialised or loaded).
   Optimizer(const OptimizerConfig& config, Backend& backend, std::vector<ParamSpan> spans,
-            bf16* params, bf16* grads, int64_t num_parameters);
+            bf16* params, bf16* grads, int64_t num_parameters, OptimizerOptions options = {});
 
-  // One AdamW step with learning rate lr; t is the 1-based step counter.
-  void step(int64_t t, double lr);
+  // One AdamW step with learning rate lr; t is the 1-based step counter. EDQ sums (zero when
+  // optimizer.edq is false) are all-reduced over `comm` (sum of doubles, one call).
+  StepEdq step(int64_t t, double lr, Comm& comm);
 
   const std::vector<StateComponent>& state() const { return state_; }
-  size_t state_bytes() const { return state_arena_ ? state_arena_->used() : 0; }
+  const StateComponent& component(const std::string& name) const;  // throws if absent
+  size_t state_bytes() const { return state_arena_->capacity(); }
   Precision precision() const { return config_.precision; }
+  int64_t num_parameters() const { return num_parameters_; }
+  uint64_t rounding_seed() const { return options_.rounding_seed; }
+  void set_rounding_seed(uint64_t seed) { options_.rounding_seed = seed; }  // on resume
+  const std::vector<std::string>& edq_groups() const { return options_.edq_groups; }
 
-  // The state components a strategy keeps besides θ and g (names and element types).
+  // The state components a strategy keeps besides θ and g, in the backend's order
+  // (optimizer_step.h), with names and element types.
   static std::vector<StateComponent> components(Precision precision);
+  // The state arena for num_parameters parameters, without allocating.
+  static StatePlan plan_state(Precision precision, int64_t num_parameters);
 
  private:
   OptimizerConfig config_;
@@ -49,8 +84,13 @@ class Optimizer {
   bf16* params_;
   bf16* grads_;
   int64_t num_parameters_;
+  OptimizerOptions options_;
   std::unique_ptr<Arena> state_arena_;
   std::vector<StateComponent> state_;
 };
+
+// The stochastic-rounding key of a run: training.seed mixed with a fixed salt, so that the
+// rounding stream is not the init stream of the same seed.
+uint64_t stochastic_rounding_seed(uint64_t training_seed);
 
 }  // namespace collage

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "dist/comm.h"
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -83,7 +84,9 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   for (const ParameterInfo& p : model.parameters())
     spans.push_back({p.offset, p.numel, p.weight_decay});
   Optimizer optimizer(config.optimizer, *backend, spans, model.parameter_memory(),
-                      model.gradient_memory(), model.num_parameters());
+                      model.gradient_memory(), model.num_parameters(),
+                      {stochastic_rounding_seed(config.training.seed), {}});
+  auto comm = make_single_comm();
 
   std::mt19937 gen(1234);
   std::uniform_int_distribution<int32_t> token(0, config.model.vocab_size - 1);
@@ -104,7 +107,7 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
     backend->synchronize();
     const double bwd = ms_since(start);
     start = Clock::now();
-    optimizer.step(s + 1, learning_rate(config.optimizer, s + 1));
+    optimizer.step(s + 1, learning_rate(config.optimizer, s + 1), *comm);  // EDQ as configured
     backend->synchronize();
     const double opt = ms_since(start);
     if (timed) {

@@ -12,12 +12,16 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "model/gpt.h"
+#include "optim/edq.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/progress.h"
+#include "train/training_checkpoint.h"
 #include "train/training_data.h"
 
 namespace collage {
@@ -39,6 +43,7 @@ void setup_logging(const Config& config) {
   auto logger = std::make_shared<spdlog::logger>("collage", spdlog::sinks_init_list{console, file});
   logger->set_pattern("[%H:%M:%S] %v");
   logger->set_level(spdlog::level::from_str(config.logging.level));
+  logger->flush_on(spdlog::level::warn);  // warnings reach train.log even if the run dies
   spdlog::set_default_logger(logger);
 }
 
@@ -50,12 +55,12 @@ std::string checkpoint_dir(const Config& config) {
 // Everything a run needs, built once from the config.
 struct Run {
   const Config& config;
+  std::unique_ptr<Comm> comm;  // one process for now; reduces the EDQ sums over ranks
   std::unique_ptr<Backend> backend;
   std::unique_ptr<GPT> model;
   std::unique_ptr<Optimizer> optimizer;
   TrainingData data;
-  int64_t step = 0;              // optimizer steps completed
-  int64_t consumed_samples = 0;  // training samples read so far
+  TrainingProgress progress;  // step, consumed samples, cumulative EDQ
   std::vector<int32_t> window, tokens, targets;
 
   explicit Run(const Config& c) : config(c) {}
@@ -88,76 +93,36 @@ struct Run {
   }
 };
 
-std::vector<ParamSpan> parameter_spans(const GPT& model) {
+// One span per parameter tensor, tagged with its EDQ group when groups are logged.
+std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend, GPT& model) {
+  std::vector<std::string> names;
+  for (const ParameterInfo& p : model.parameters()) names.push_back(p.name);
+  const EdqGroups groups = edq_groups_of(names);
+  OptimizerOptions options;
+  options.rounding_seed = stochastic_rounding_seed(config.training.seed);
+  if (config.logging.edq_groups) options.edq_groups = groups.names;
   std::vector<ParamSpan> spans;
-  for (const ParameterInfo& p : model.parameters()) {
-    spans.push_back({p.offset, p.numel, p.weight_decay});
+  for (size_t i = 0; i < model.parameters().size(); i++) {
+    const ParameterInfo& p = model.parameters()[i];
+    spans.push_back({p.offset, p.numel, p.weight_decay, groups.index[i]});
   }
-  return spans;
-}
-
-Checkpoint make_checkpoint(Run& run) {
-  Checkpoint ckpt;
-  ckpt.step = run.step;
-  ckpt.meta = {{"step", run.step},
-               {"consumed_samples", run.consumed_samples},
-               {"precision", precision_name(run.config.optimizer.precision)},
-               {"num_parameters", run.model->num_parameters()},
-               {"data_seed", run.config.data.seed},
-               {"init_seed", run.config.training.seed},
-               {"config", config_to_yaml(run.config)}};
-  // Parameters by name, raw bf16 bits, so a resumed run continues bit for bit.
-  for (const ParameterInfo& p : run.model->parameters()) {
-    CheckpointTensor t{p.name, "bf16", p.shape, std::vector<uint8_t>(p.numel * sizeof(bf16))};
-    run.backend->copy_to_host(t.bytes.data(), run.model->parameter_memory() + p.offset,
-                              t.bytes.size());
-    ckpt.tensors.push_back(std::move(t));
-  }
-  for (const StateComponent& c : run.optimizer->state()) {
-    CheckpointTensor t{"optimizer." + c.name,
-                       c.dtype,
-                       {run.model->num_parameters()},
-                       std::vector<uint8_t>(run.model->num_parameters() * c.element_bytes)};
-    run.backend->copy_to_host(t.bytes.data(), c.data, t.bytes.size());
-    ckpt.tensors.push_back(std::move(t));
-  }
-  return ckpt;
-}
-
-void restore_checkpoint(Run& run, const std::string& path) {
-  Checkpoint ckpt = load_checkpoint(path);
-  const std::string saved_precision = ckpt.meta.value("precision", "");
-  COLLAGE_CHECK(saved_precision == precision_name(run.config.optimizer.precision),
-                "{}: checkpoint was trained with optimizer.precision '{}' but the config says "
-                "'{}'; switching strategy on resume is not supported",
-                path, saved_precision, precision_name(run.config.optimizer.precision));
-  for (const ParameterInfo& p : run.model->parameters()) {
-    const CheckpointTensor& t = ckpt.tensor(p.name);
-    COLLAGE_CHECK(t.shape == p.shape && t.dtype == "bf16",
-                  "{}: parameter '{}' has shape {} ({}) in the checkpoint but {} (bf16) in the "
-                  "model: the model config differs from the checkpoint's",
-                  path, p.name, fmt::join(t.shape, "x"), t.dtype, fmt::join(p.shape, "x"));
-    run.backend->copy_to_device(run.model->parameter_memory() + p.offset, t.bytes.data(),
-                                t.bytes.size());
-  }
-  for (const StateComponent& c : run.optimizer->state()) {
-    const CheckpointTensor& t = ckpt.tensor("optimizer." + c.name);
-    COLLAGE_CHECK(t.bytes.size() == run.model->num_parameters() * c.element_bytes,
-                  "{}: optimizer state '{}' has {} bytes, expected {}", path, c.name,
-                  t.bytes.size(), run.model->num_parameters() * c.element_bytes);
-    run.backend->copy_to_device(c.data, t.bytes.data(), t.bytes.size());
-  }
-  run.step = ckpt.meta.at("step").get<int64_t>();
-  run.consumed_samples = ckpt.meta.at("consumed_samples").get<int64_t>();
-  spdlog::info("resumed from {} at step {} ({} samples consumed)", path, run.step,
-               run.consumed_samples);
+  return std::make_unique<Optimizer>(config.optimizer, backend, std::move(spans),
+                                     model.parameter_memory(), model.gradient_memory(),
+                                     model.num_parameters(), std::move(options));
 }
 
 std::string save(Run& run) {
-  std::string path =
-      save_checkpoint(checkpoint_dir(run.config), make_checkpoint(run), run.config.checkpoint.keep);
+  std::string path = save_checkpoint(
+      checkpoint_dir(run.config),
+      make_training_checkpoint(run.config, *run.backend, *run.model, *run.optimizer, run.progress),
+      run.config.checkpoint.keep);
   spdlog::info("saved checkpoint {}", path);
   return path;
+}
+
+// " | edq_ratio 0.998 lost 0.1%": the step's EDQ in the step line.
+std::string edq_summary(const EdqFigures& f) {
+  return fmt::format(" | edq_ratio {:.3f} lost {:.1f}%", f.edq_ratio, 100 * f.lost_frac);
 }
 
 }  // namespace
@@ -168,6 +133,7 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   { std::ofstream(fs::path(config.logging.dir) / "config.yaml") << config_to_yaml(config); }
 
   Run run(config);
+  run.comm = make_single_comm();
   COLLAGE_CHECK(config.parallel.backend != "cuda",
                 "parallel.backend: 'cuda' is not available in this build (use cpu)");
   run.backend = make_cpu_backend(config.parallel.threads);
@@ -181,22 +147,21 @@ TrainResult train(const Config& config, const TrainOptions& options) {
 
   run.model = std::make_unique<GPT>(config.model, *run.backend, B, T);
   run.model->init_weights(tc.seed);
-  run.optimizer = std::make_unique<Optimizer>(
-      config.optimizer, *run.backend, parameter_spans(*run.model), run.model->parameter_memory(),
-      run.model->gradient_memory(), run.model->num_parameters());
-  const double n_params = double(run.model->num_parameters());
-  spdlog::info(
-      "model: {} parameters ({:.2f} M); memory: parameters {:.1f} MB, gradients {:.1f} "
-      "MB, optimizer state {:.1f} MB ({}), activations {:.1f} MB",
-      run.model->num_parameters(), n_params / 1e6, run.model->parameter_bytes() / 1e6,
-      run.model->parameter_bytes() / 1e6, run.optimizer->state_bytes() / 1e6,
-      precision_name(config.optimizer.precision), run.model->activation_bytes() / 1e6);
+  run.optimizer = make_optimizer(config, *run.backend, *run.model);
+  // What this rank allocated, read from the arenas themselves.
+  spdlog::info("{}", format_memory_report(measure_memory(*run.model, *run.optimizer),
+                                          fmt::format("memory of rank {} of {}", run.comm->rank(),
+                                                      run.comm->size())));
 
   if (!options.resume.empty()) {
-    restore_checkpoint(run, resolve_resume(options.resume, checkpoint_dir(config)));
+    run.progress = restore_training_checkpoint(
+        resolve_resume(options.resume, checkpoint_dir(config)), config, *run.backend, *run.model,
+        *run.optimizer, options.convert_precision);
   }
+  int64_t& step = run.progress.step;
+  int64_t& consumed_samples = run.progress.consumed_samples;
   MetricsFile metrics((fs::path(config.logging.dir) / "metrics.jsonl").string(),
-                      options.resume.empty() ? -1 : run.step);
+                      options.resume.empty() ? -1 : step);
 
   run.window.resize(T + 1);
   run.tokens.resize(int64_t(B) * T);
@@ -206,23 +171,23 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   const float dloss = static_cast<float>(1.0 / tokens_per_step);  // mean over the global batch
 
   TrainResult result;
-  ProgressBar progress(config.logging.progress, run.step + 1, tc.max_steps);
-  spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step", run.step + 1,
+  ProgressBar progress(config.logging.progress, step + 1, tc.max_steps);
+  spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step", step + 1,
                tc.max_steps, micro_batches, B, T);
-  if (run.step == 0 && tc.eval_interval > 0) {
+  if (step == 0 && tc.eval_interval > 0) {
     // The starting point of the validation curve (≈ ln(vocab) for a fresh model).
     result.last_val_loss = run.validation_loss();
     spdlog::info("step {:>6}/{} | val loss {:.4f}", 0, tc.max_steps, result.last_val_loss);
     metrics.write({{"step", 0}, {"val_loss", result.last_val_loss}});
   }
-  while (run.step < tc.max_steps) {
-    const int64_t t = run.step + 1;
+  while (step < tc.max_steps) {
+    const int64_t t = step + 1;
     const auto start = Clock::now();
     run.model->zero_gradients();
     double loss_sum = 0;
     for (int micro = 0; micro < micro_batches; micro++) {
-      run.load_batch(run.data.train, run.consumed_samples);
-      run.consumed_samples += B;
+      run.load_batch(run.data.train, consumed_samples);
+      consumed_samples += B;
       loss_sum += run.model->forward(run.tokens.data(), run.targets.data(), B).sum;
       run.model->backward(dloss);
     }
@@ -250,9 +215,9 @@ TrainResult train(const Config& config, const TrainOptions& options) {
                          run.model->num_parameters());
     }
     const double lr = learning_rate(config.optimizer, t);
-    run.optimizer->step(t, lr);
+    const StepEdq edq = run.optimizer->step(t, lr, *run.comm);
     run.backend->synchronize();
-    run.step = t;
+    step = t;
     const double step_seconds = seconds_since(start);
 
     nlohmann::json record = {{"step", t},
@@ -261,7 +226,21 @@ TrainResult train(const Config& config, const TrainOptions& options) {
                              {"grad_norm", grad_norm},
                              {"tokens_per_s", tokens_per_step / step_seconds},
                              {"ms_per_step", 1e3 * step_seconds},
-                             {"consumed_samples", run.consumed_samples}};
+                             {"consumed_samples", consumed_samples}};
+    if (config.optimizer.edq) {
+      run.progress.edq.add(edq.total);
+      const EdqFigures figures = edq_figures(edq.total);
+      record["edq"] = figures.edq;
+      record["edq_ratio"] = figures.edq_ratio;
+      record["lost_frac"] = figures.lost_frac;
+      record["edq_ratio_cumulative"] = run.progress.edq.ratio();
+      if (!edq.groups.empty()) {
+        nlohmann::json groups = nlohmann::json::object();
+        for (size_t k = 0; k < edq.groups.size(); k++)
+          groups[run.optimizer->edq_groups()[k]] = edq_figures(edq.groups[k]).edq_ratio;
+        record["edq_groups"] = groups;
+      }
+    }
     const bool evaluate = tc.eval_interval > 0 && (t % tc.eval_interval == 0 || t == tc.max_steps);
     if (evaluate) {
       record["val_loss"] = result.last_val_loss = run.validation_loss();
@@ -269,10 +248,11 @@ TrainResult train(const Config& config, const TrainOptions& options) {
     if (t % tc.log_interval == 0 || evaluate || t == tc.max_steps) {
       progress.clear();
       spdlog::info(
-          "step {:>6}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
+          "step {:>6}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f}{} | {:.0f} tok/s | "
           "{:.0f} ms/step",
           t, tc.max_steps, loss,
           evaluate ? fmt::format(" | val loss {:.4f}", result.last_val_loss) : "", lr, grad_norm,
+          config.optimizer.edq ? edq_summary(edq_figures(edq.total)) : "",
           tokens_per_step / step_seconds, 1e3 * step_seconds);
       metrics.write(record);
     }
@@ -287,7 +267,8 @@ TrainResult train(const Config& config, const TrainOptions& options) {
     }
   }
   progress.finish();
-  result.last_step = run.step;
+  spdlog::default_logger()->flush();  // train.log complete when train() returns
+  result.last_step = step;
   return result;
 }
 

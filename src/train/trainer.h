@@ -1,7 +1,8 @@
 #pragma once
 // Trainer: the training loop. Builds backend, model, optimizer and data from a Config,
 // then per step: micro-batches with gradient accumulation, global-norm clipping, the
-// scheduled learning rate, one optimizer step; logs, validates and checkpoints.
+// scheduled learning rate, one optimizer step; logs (with the step's EDQ), validates and
+// checkpoints. At the start it logs the memory it allocated per rank (memory_plan.h).
 #include <string>
 
 #include "config/config.h"
@@ -10,6 +11,9 @@ namespace collage {
 
 struct TrainOptions {
   std::string resume;  // "" (fresh run), "latest", or a checkpoint path
+  // Resume a checkpoint of another optimizer.precision by converting its state
+  // (precision_conversion.h); without it such a resume is refused.
+  bool convert_precision = false;
 };
 
 struct TrainResult {

@@ -1,0 +1,125 @@
+// `collage plan CONFIG.yaml [--set ...] [--tensor-parallel N] [--data-parallel N] [--memory SIZE]`
+// The per-rank memory of a config, computed from the same plans the trainer allocates by,
+// without allocating anything: any model size can be planned on a laptop.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "config/config.h"
+#include "model/gpt.h"
+#include "optim/memory_report.h"
+#include "train/memory_plan.h"
+
+namespace collage {
+namespace {
+
+struct PlanOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int tensor_parallel = 0;  // 0: the config's parallel.tensor_parallel
+  int data_parallel = 1;
+  std::string memory;  // "": no fit search
+};
+
+int64_t parameter_count(const ModelConfig& model, int tp) {
+  const std::vector<ParameterInfo> table = GPT::parameter_table(model, tp);
+  return table.back().offset + table.back().numel;
+}
+
+std::string plan(const PlanOptions& o) {
+  Config config = load_config(o.config_path, o.overrides);
+  std::string origin = o.config_path;
+  if (o.tensor_parallel > 0) {
+    config.parallel.tensor_parallel = o.tensor_parallel;
+    origin += fmt::format(" with --tensor-parallel {}", o.tensor_parallel);
+  }
+  if (o.data_parallel > 1) origin += fmt::format(" with --data-parallel {}", o.data_parallel);
+  validate_config(config, origin, o.data_parallel);  // heads and ffn must split, batch divide
+  const int tp = config.parallel.tensor_parallel, dp = o.data_parallel;
+  const ModelConfig& m = config.model;
+
+  std::string out = fmt::format(
+      "{}: GPT n_layer {}, hidden {}, heads {}, ffn {}, vocab {} (padded to {}), {} positions, "
+      "{} head, seq_len {}\n",
+      o.config_path, m.n_layer, m.hidden_size, m.n_head, m.ffn(), m.vocab_size, m.padded_vocab(tp),
+      m.position_embedding, m.tie_embeddings ? "tied" : "untied", config.data.seq_len);
+  out += fmt::format("{} parameters ({:.2f} B); {} ranks = tensor-parallel {} x data-parallel {}\n",
+                     parameter_count(m, 1), parameter_count(m, 1) / 1e9, tp * dp, tp, dp);
+  const MemoryReport report = plan_memory(config, tp, dp, config.training.micro_batch_size);
+  out += "\n" + format_memory_report(report);
+  out +=
+      "\nActivations: the trainer's activation arena for one micro-batch (every layer's saved\n"
+      "activations and the backward's scratch, no recomputation); device workspaces (cuBLAS,\n"
+      "NCCL) come on top.\n";
+  if (dp > 1)
+    out +=
+        "Data-parallel > 1 assumes ZeRO-1 (optimizer state sharded over the data-parallel\n"
+        "ranks), which arrives with the parallelism issue; until then each rank holds the\n"
+        "state of data-parallel 1.\n";
+
+  if (!o.memory.empty()) {
+    const double budget = parse_bytes(o.memory);
+    const int best = largest_micro_batch(config, tp, dp, budget);
+    out += "\n";
+    if (best == 0) {
+      out += fmt::format("Does not fit in {} ({}): micro-batch 1 already needs {} per rank.\n",
+                         o.memory, format_bytes(budget),
+                         format_bytes(double(plan_memory(config, tp, dp, 1).total_bytes())));
+    } else {
+      out += fmt::format("Fits in {} ({}) up to micro-batch {} ({} per rank)", o.memory,
+                         format_bytes(budget), best,
+                         format_bytes(double(plan_memory(config, tp, dp, best).total_bytes())));
+      // Training also needs global_batch_size to be a multiple of micro-batch x data-parallel.
+      const int per_rank = config.training.global_batch_size / dp;
+      int usable = 0;
+      for (int b = std::min(best, per_rank); b >= 1 && usable == 0; b--)
+        if (config.training.global_batch_size % (b * dp) == 0) usable = b;
+      if (usable != best && usable > 0)
+        out += fmt::format("; the largest dividing training.global_batch_size {} is {}",
+                           config.training.global_batch_size, usable);
+      out += fmt::format(".\nThe config's micro-batch {} {} ({} per rank).\n",
+                         config.training.micro_batch_size,
+                         double(report.total_bytes()) <= budget ? "fits" : "does NOT fit",
+                         format_bytes(double(report.total_bytes())));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& root) {
+  auto options = std::make_shared<PlanOptions>();
+  auto* cmd = root.add_subcommand(
+      "plan",
+      "Print the memory one rank needs to train a config, without allocating it: parameters,\n"
+      "gradients, optimizer state by component (m, v, δθ, δv, master, compensation) and\n"
+      "activations of one micro-batch, each with its bytes per parameter, for the rank's\n"
+      "tensor-parallel shard; optionally the largest micro-batch that fits in a memory size.\n"
+      "The numbers are those `collage train` allocates and logs. Example (the 6.7B model on\n"
+      "8 GPUs of 40 GB):\n"
+      "  collage plan configs/gpt/6.7b.yaml --tensor-parallel 8 --memory 40GB");
+  cmd->add_option("config", options->config_path, "YAML config file (see configs/)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", options->overrides,
+                  "Override a config key, e.g. --set optimizer.precision=bf16 --set "
+                  "training.micro_batch_size=8 (repeatable; value parsed as YAML)");
+  cmd->add_option("--tensor-parallel", options->tensor_parallel,
+                  "Tensor-parallel size to plan for (must divide the heads and the ffn "
+                  "width). Default: the config's parallel.tensor_parallel")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--data-parallel", options->data_parallel,
+                  "Data-parallel size: divides the optimizer state (ZeRO-1, which arrives "
+                  "with the parallelism issue)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--memory", options->memory,
+                  "Memory of one device, e.g. 40GB, 80GB or 39.5GiB (KB/MB/GB/TB are powers of "
+                  "10, KiB/MiB/GiB/TiB powers of 2): also print the largest micro-batch that "
+                  "fits. Default: none (no fit search)");
+  cmd->callback([options] { std::cout << plan(*options); });
+}
+
+}  // namespace collage
