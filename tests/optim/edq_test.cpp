@@ -47,10 +47,10 @@ TEST(Edq, GroupsAreEmbeddingsEachLayerAndTheHead) {
 TEST(Edq, CumulativeRatioIsTheRatioOfSums) {
   EdqCumulative run;
   EXPECT_EQ(run.ratio(), 1.0);
-  run.add({1.0, 1.0, 5, 0});  // step ratio 1
-  run.add({1.0, 3.0, 5, 0});  // step ratio 1/3
+  run.add({1.0, 1.0, 5, 0});    // step ratio 1
+  run.add({1.0, 3.0, 5, 0});    // step ratio 1/3
   EXPECT_EQ(run.ratio(), 0.5);  // (1 + 1) / (1 + 3), not the mean of the ratios (2/3)
-  run.add({0.0, 4.0, 5, 5});  // everything lost
+  run.add({0.0, 4.0, 5, 5});    // everything lost
   EXPECT_EQ(run.ratio(), 0.25);
 }
 
