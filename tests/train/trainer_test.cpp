@@ -5,71 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <random>
+#include <map>
 
-#include "config/config.h"
 #include "core/error.h"
-#include "data/indexed_dataset.h"
+#include "tiny_run.h"
 #include "train/checkpoint.h"
 
 namespace collage {
 namespace {
-
-namespace fs = std::filesystem;
-
-// Documents of a repeating, learnable pattern (a noisy counter), so the loss can fall fast.
-void write_dataset(const std::string& prefix, int documents, int32_t bad_token = -1) {
-  IndexedDatasetWriter writer(prefix, TokenDType::uint16);
-  std::mt19937 gen(42);
-  for (int d = 0; d < documents; d++) {
-    std::vector<int32_t> tokens(40 + gen() % 60);
-    int32_t start = gen() % 50;
-    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (start + i) % 50 + (gen() % 8 == 0);
-    if (bad_token >= 0 && d == documents / 2) tokens[3] = bad_token;
-    writer.add_document(tokens);
-  }
-  writer.finalize();
-}
-
-class TrainerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("collage_trainer_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    write_dataset((dir_ / "tokens").string(), 200);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Config tiny_config(const std::string& run_name, std::vector<std::string> overrides = {}) {
-    const std::string yaml = fmt::format(R"(
-model: {{n_layer: 2, hidden_size: 32, n_head: 2, vocab_size: 64, max_position_embeddings: 32}}
-data: {{datasets: ["{}"], seq_len: 16, split: "90,5,5"}}
-training: {{micro_batch_size: 2, global_batch_size: 4, max_steps: 6, eval_interval: 3,
-           eval_iters: 2, log_interval: 1}}
-optimizer: {{lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 2, decay_steps: 6}}
-parallel: {{threads: 2}}
-logging: {{dir: "{}", progress: "off", level: "warn"}}
-checkpoint: {{interval: 3, keep: 5}}
-)",
-                                         (dir_ / "tokens").string(), (dir_ / run_name).string());
-    return parse_config(yaml, "tiny.yaml", overrides);
-  }
-
-  std::vector<nlohmann::json> metrics(const std::string& run_name) {
-    std::ifstream in(dir_ / run_name / "metrics.jsonl");
-    std::vector<nlohmann::json> records;
-    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-    return records;
-  }
-
-  fs::path dir_;
-};
 
 TEST_F(TrainerTest, LossFallsAndValidationIsLogged) {
   Config config = tiny_config("run", {"training.max_steps=30", "optimizer.decay_steps=30",
@@ -94,31 +37,72 @@ TEST_F(TrainerTest, LossFallsAndValidationIsLogged) {
   EXPECT_TRUE(fs::exists(dir_ / "run" / "train.log"));
 }
 
-TEST_F(TrainerTest, ResumeContinuesBitForBit) {
-  train(tiny_config("straight"), {});
-  // The same run stopped at step 3 (its checkpoint), then resumed to step 6.
-  train(tiny_config("split", {"training.max_steps=3"}), {});
-  train(tiny_config("split"), {"latest"});
-  auto a = metrics("straight"), b = metrics("split");
-  ASSERT_EQ(a.size(), 7u);  // step 0 validation + 6 steps
-  ASSERT_EQ(b.size(), 7u);
-  for (size_t i = 0; i < a.size(); i++) {
-    SCOPED_TRACE(i);
-    EXPECT_EQ(a[i]["step"], b[i]["step"]);
-    EXPECT_EQ(a[i].value("loss", -1.0), b[i].value("loss", -1.0));
-    EXPECT_EQ(a[i].value("grad_norm", -1.0), b[i].value("grad_norm", -1.0));
-    EXPECT_EQ(a[i].contains("val_loss"), b[i].contains("val_loss"));
-    if (a[i].contains("val_loss"))
-      EXPECT_EQ(a[i]["val_loss"].get<double>(), b[i]["val_loss"].get<double>());
+// Under every precision strategy: stopping at step 3 and resuming gives the same losses,
+// EDQ figures (the cumulative ratio too) and final weights and optimizer state, bit for bit.
+TEST_F(TrainerTest, ResumeContinuesBitForBitUnderEveryStrategy) {
+  for (const char* precision :
+       {"fp32-master", "bf16", "collage-light", "collage-plus", "kahan", "stochastic"}) {
+    SCOPED_TRACE(precision);
+    const std::string p = std::string("optimizer.precision=") + precision;
+    const std::string straight = std::string("straight-") + precision;
+    const std::string split = std::string("split-") + precision;
+    train(tiny_config(straight, {p}), {});
+    // The same run stopped at step 3 (its checkpoint), then resumed to step 6.
+    train(tiny_config(split, {p, "training.max_steps=3"}), {});
+    train(tiny_config(split, {p}), {"latest"});
+    auto a = metrics(straight), b = metrics(split);
+    ASSERT_EQ(a.size(), 7u);  // step 0 validation + 6 steps
+    ASSERT_EQ(b.size(), 7u);
+    for (size_t i = 0; i < a.size(); i++) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ(a[i]["step"], b[i]["step"]);
+      for (const char* key : {"loss", "grad_norm", "val_loss", "edq", "edq_ratio", "lost_frac",
+                              "edq_ratio_cumulative"}) {
+        EXPECT_EQ(a[i].contains(key), b[i].contains(key)) << key;
+        if (a[i].contains(key)) EXPECT_EQ(a[i][key].get<double>(), b[i][key].get<double>()) << key;
+      }
+    }
+    // Final weights and every optimizer state component identical too.
+    Checkpoint x =
+        load_checkpoint(resolve_resume("latest", (dir_ / straight / "checkpoints").string()));
+    Checkpoint y =
+        load_checkpoint(resolve_resume("latest", (dir_ / split / "checkpoints").string()));
+    ASSERT_EQ(x.tensors.size(), y.tensors.size());
+    for (size_t i = 0; i < x.tensors.size(); i++) {
+      EXPECT_EQ(x.tensors[i].name, y.tensors[i].name);
+      EXPECT_EQ(x.tensors[i].bytes, y.tensors[i].bytes) << x.tensors[i].name;
+    }
+    EXPECT_EQ(x.meta["precision"], precision);
+    EXPECT_EQ(x.meta["edq_cumulative"], y.meta["edq_cumulative"]);
+    EXPECT_EQ(x.meta["rounding_seed"], y.meta["rounding_seed"]);
   }
-  // Final weights identical too.
-  Checkpoint x =
-      load_checkpoint(resolve_resume("latest", (dir_ / "straight" / "checkpoints").string()));
-  Checkpoint y =
-      load_checkpoint(resolve_resume("latest", (dir_ / "split" / "checkpoints").string()));
-  ASSERT_EQ(x.tensors.size(), y.tensors.size());
-  for (size_t i = 0; i < x.tensors.size(); i++) {
-    EXPECT_EQ(x.tensors[i].bytes, y.tensors[i].bytes) << x.tensors[i].name;
+}
+
+TEST_F(TrainerTest, CheckpointsCarryEveryStateComponentByName) {
+  const std::map<std::string, std::vector<std::string>> components = {
+      {"fp32-master", {"master", "m", "v"}},   {"bf16", {"m", "v"}},
+      {"collage-light", {"m", "v", "dtheta"}}, {"collage-plus", {"m", "v", "dtheta", "dv"}},
+      {"kahan", {"m", "v", "compensation"}},   {"stochastic", {"m", "v"}}};
+  for (const auto& [precision, names] : components) {
+    SCOPED_TRACE(precision);
+    const std::string run = "run-" + precision;
+    train(tiny_config(run, {"optimizer.precision=" + precision, "training.max_steps=1",
+                            "training.eval_interval=0"}),
+          {});
+    Checkpoint c = load_checkpoint(resolve_resume("latest", (dir_ / run / "checkpoints").string()));
+    std::vector<std::string> saved;
+    for (const CheckpointTensor& t : c.tensors)
+      if (t.name.rfind("optimizer.", 0) == 0) {
+        saved.push_back(t.name.substr(10));
+        EXPECT_EQ(t.dtype, precision == "fp32-master" ? "f32" : "bf16") << t.name;
+        EXPECT_EQ(t.shape, std::vector<int64_t>{c.meta["num_parameters"].get<int64_t>()});
+      }
+    EXPECT_EQ(saved, names);
+    EXPECT_EQ(c.meta["optimizer_components"].get<std::vector<std::string>>(), names);
+    EXPECT_EQ(c.meta["precision"], precision);
+    EXPECT_EQ(c.meta["adam_order"], "torch");
+    EXPECT_TRUE(c.meta.contains("rounding_seed"));
+    EXPECT_TRUE(c.meta["edq_cumulative"].contains("u_squared"));
   }
 }
 
