@@ -62,7 +62,9 @@ TEST(ConfigFiles, GptConfigsMatchThePapers) {
     EXPECT_EQ(c.data.split, "980,10,10");
     EXPECT_EQ(c.training.global_batch_size, r.global_batch_size);
     EXPECT_EQ(c.training.max_steps, 20000);
-    EXPECT_EQ(c.optimizer.precision, Precision::fp32_master);  // until collage-plus lands
+    EXPECT_EQ(c.optimizer.precision, Precision::collage_plus);  // [Collage]
+    EXPECT_EQ(c.optimizer.adam_order, AdamOrder::torch);
+    EXPECT_FALSE(c.optimizer.collage_plus_reference_quirk);
     EXPECT_EQ(c.optimizer.lr, r.lr);
     EXPECT_DOUBLE_EQ(c.optimizer.min_lr, r.lr / 10);
     EXPECT_EQ(c.optimizer.beta1, 0.9);
