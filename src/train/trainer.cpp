@@ -149,9 +149,9 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   run.model->init_weights(tc.seed);
   run.optimizer = make_optimizer(config, *run.backend, *run.model);
   // What this rank allocated, read from the arenas themselves.
-  spdlog::info("{}", format_memory_report(measure_memory(*run.model, *run.optimizer),
-                                          fmt::format("memory of rank {} of {}", run.comm->rank(),
-                                                      run.comm->size())));
+  const MemoryReport memory = measure_memory(*run.model, *run.optimizer);
+  spdlog::info("{}", format_memory_report(memory, fmt::format("memory of rank {} of {}",
+                                                              run.comm->rank(), run.comm->size())));
 
   if (!options.resume.empty()) {
     run.progress = restore_training_checkpoint(
@@ -174,11 +174,17 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   ProgressBar progress(config.logging.progress, step + 1, tc.max_steps);
   spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step", step + 1,
                tc.max_steps, micro_batches, B, T);
-  if (step == 0 && tc.eval_interval > 0) {
-    // The starting point of the validation curve (≈ ln(vocab) for a fresh model).
-    result.last_val_loss = run.validation_loss();
-    spdlog::info("step {:>6}/{} | val loss {:.4f}", 0, tc.max_steps, result.last_val_loss);
-    metrics.write({{"step", 0}, {"val_loss", result.last_val_loss}});
+  if (step == 0) {
+    // A fresh run's step-0 record: what the strategy costs, and the starting point of the
+    // validation curve (≈ ln(vocab) for a fresh model).
+    nlohmann::json record = {{"step", 0},
+                             {"precision", precision_name(config.optimizer.precision)},
+                             {"bytes_per_parameter", memory.bytes_per_parameter()}};
+    if (tc.eval_interval > 0) {
+      record["val_loss"] = result.last_val_loss = run.validation_loss();
+      spdlog::info("step {:>6}/{} | val loss {:.4f}", 0, tc.max_steps, result.last_val_loss);
+    }
+    metrics.write(record);
   }
   while (step < tc.max_steps) {
     const int64_t t = step + 1;

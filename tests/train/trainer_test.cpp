@@ -23,6 +23,8 @@ TEST_F(TrainerTest, LossFallsAndValidationIsLogged) {
   EXPECT_EQ(records[0]["step"], 0);
   EXPECT_NEAR(records[0]["val_loss"].get<double>(), std::log(64.0), 0.5);
   EXPECT_FALSE(records[0].contains("loss"));
+  EXPECT_EQ(records[0]["precision"], "fp32-master");
+  EXPECT_EQ(records[0]["bytes_per_parameter"].get<double>(), 16.0);
   records.erase(records.begin());
   const double first = records.front()["loss"], last = records.back()["loss"];
   EXPECT_NEAR(first, std::log(64.0), 0.5);  // near uniform over the vocab at init
