@@ -260,8 +260,8 @@ TrainResult train(const Config& config, const TrainOptions& options) {
           evaluate ? fmt::format(" | val loss {:.4f}", result.last_val_loss) : "", lr, grad_norm,
           config.optimizer.edq ? edq_summary(edq_figures(edq.total)) : "",
           tokens_per_step / step_seconds, 1e3 * step_seconds);
-      metrics.write(record);
     }
+    metrics.write(record);  // every step; the console only every log_interval steps
     progress.update(t, loss);
     result.last_loss = loss;
     const bool checkpoint_now =

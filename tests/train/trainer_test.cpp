@@ -15,8 +15,10 @@ namespace collage {
 namespace {
 
 TEST_F(TrainerTest, LossFallsAndValidationIsLogged) {
-  Config config = tiny_config("run", {"training.max_steps=30", "optimizer.decay_steps=30",
-                                      "training.eval_interval=10", "checkpoint.interval=0"});
+  // log_interval thins the console only: metrics.jsonl gets every step.
+  Config config = tiny_config(
+      "run", {"training.max_steps=30", "optimizer.decay_steps=30", "training.eval_interval=10",
+              "checkpoint.interval=0", "training.log_interval=7"});
   TrainResult result = train(config, {});
   auto records = metrics("run");
   ASSERT_EQ(records.size(), 31u);  // step 0 (validation only), then one record per step
