@@ -20,48 +20,57 @@
 //    underflow: x·bh is split exactly (two_prod); δx·bh, x·bl and their sums are rounded
 //    at δ's scale, so |x' + δx' − (x + δx)(bh + bl)| ≤ 5·2^-16·|x| (one plain bf16
 //    rounding may cost 2^-8·|x|), renormalised; error-free when δx == 0 and bl == 0.
+//
+// Each function is a template over the bf16 type B: bfloat (CUDA kernel, scalar host code)
+// or Bf16Lanes (the cpu loop, 64 elements per call; bf16_lanes.h). Same lines, same bits.
 #include "optim/bf16_math.h"
 
 namespace collage::math {
 
-// The value x + dx.
-struct Mcf {
-  bfloat x;
-  bfloat dx;
+// The value x + dx. B is bfloat, or Bf16Lanes (bf16_lanes.h: many values at once, host).
+template <typename B>
+struct McfOf {
+  B x;
+  B dx;
 };
+using Mcf = McfOf<bfloat>;
 
 // Fast2Sum(a, b): s = rn(a+b); e = rn(b − rn(s−a)).
-COLLAGE_HD inline Mcf fast2sum(bfloat a, bfloat b) {
-  const bfloat s = add_rn(a, b);
-  const bfloat e = sub_rn(b, sub_rn(s, a));
+template <typename B>
+COLLAGE_HD inline McfOf<B> fast2sum(B a, B b) {
+  const B s = add_rn(a, b);
+  const B e = sub_rn(b, sub_rn(s, a));
   return {s, e};
 }
 
 // TwoProd(a, b) with FMA: p = rn(a·b); e = rn(fma(a, b, −p)).
-COLLAGE_HD inline Mcf two_prod(bfloat a, bfloat b) {
-  const bfloat p = mul_rn(a, b);
-  const bfloat e = rn(f32_fma(to_f32(a), to_f32(b), -to_f32(p)));
+template <typename B>
+COLLAGE_HD inline McfOf<B> two_prod(B a, B b) {
+  const B p = mul_rn(a, b);
+  const B e = rn(f32_fma(to_f32(a), to_f32(b), -to_f32(p)));
   return {p, e};
 }
 
 // Grow((x, δx), u): add a bf16 value to an MCF, then renormalise.
-COLLAGE_HD inline Mcf grow(Mcf v, bfloat u) {
-  const bfloat s = add_rn(v.x, u);
-  bfloat dx = add_rn(v.dx, sub_rn(u, sub_rn(s, v.x)));  // the rounding error of x+u joins δx
-  const bfloat x = add_rn(s, dx);
+template <typename B>
+COLLAGE_HD inline McfOf<B> grow(McfOf<B> v, B u) {
+  const B s = add_rn(v.x, u);
+  B dx = add_rn(v.dx, sub_rn(u, sub_rn(s, v.x)));  // the rounding error of x+u joins δx
+  const B x = add_rn(s, dx);
   dx = sub_rn(dx, sub_rn(x, s));  // Fast2Sum(s, δx) renormalisation
   return {x, dx};
 }
 
 // Mult((x, δx), (bh, bl)): multiply an MCF by a constant split into two bf16 parts,
-// bh = rn(β), bl = rn(β − bh).
-COLLAGE_HD inline Mcf mult(Mcf v, bfloat bh, bfloat bl) {
-  const bfloat p = mul_rn(v.x, bh);
-  const bfloat e = rn(f32_fma(to_f32(v.x), to_f32(bh), -to_f32(p)));  // exact product error
-  bfloat dx = mul_rn(v.dx, bh);
-  dx = fma_rn(v.x, bl, dx);  // x·bl added to δx
+// bh = rn(β), bl = rn(β − bh) (scalars, the same for every element).
+template <typename B>
+COLLAGE_HD inline McfOf<B> mult(McfOf<B> v, bfloat bh, bfloat bl) {
+  const B p = mul_rn(v.x, B(bh));
+  const B e = rn(f32_fma(to_f32(v.x), to_f32(bh), -to_f32(p)));  // exact product error
+  B dx = mul_rn(v.dx, B(bh));
+  dx = fma_rn(v.x, B(bl), dx);  // x·bl added to δx
   dx = add_rn(dx, e);
-  const bfloat x = add_rn(p, dx);
+  const B x = add_rn(p, dx);
   dx = sub_rn(dx, sub_rn(x, p));
   return {x, dx};
 }
@@ -70,13 +79,14 @@ COLLAGE_HD inline Mcf mult(Mcf v, bfloat bh, bfloat bl) {
 // optimizer.collage_plus_reference_quirk): x is overwritten by p after the first line, so
 // later lines read p where the text says x, e is not the product error, and the final
 // renormalisation subtracts rn(x' − x') = 0. Leaves the second moment too small.
-COLLAGE_HD inline Mcf mult_reference_quirk(Mcf v, bfloat bh, bfloat bl) {
-  const bfloat p = mul_rn(v.x, bh);                                 // x := p from here on
-  const bfloat e = rn(f32_fma(to_f32(p), to_f32(bh), -to_f32(p)));  // ≈ −(1−bh)·p
-  bfloat dx = mul_rn(v.dx, bh);
-  dx = fma_rn(p, bl, dx);  // p·bl, not x·bl
+template <typename B>
+COLLAGE_HD inline McfOf<B> mult_reference_quirk(McfOf<B> v, bfloat bh, bfloat bl) {
+  const B p = mul_rn(v.x, B(bh));                              // x := p from here on
+  const B e = rn(f32_fma(to_f32(p), to_f32(bh), -to_f32(p)));  // ≈ −(1−bh)·p
+  B dx = mul_rn(v.dx, B(bh));
+  dx = fma_rn(p, B(bl), dx);  // p·bl, not x·bl
   dx = add_rn(dx, e);
-  const bfloat x = add_rn(p, dx);
+  const B x = add_rn(p, dx);
   return {x, dx};  // δx − rn(x' − x') = δx: no renormalisation
 }
 
