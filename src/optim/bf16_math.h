@@ -67,8 +67,8 @@ COLLAGE_HD inline uint16_t bf16_bits(bfloat x) { return __bfloat16_as_ushort(x);
 // bf16 -> fp32 is exact: the bf16 bits are the fp32's high half.
 COLLAGE_HD inline float to_f32(bfloat x) { return bits_float(uint32_t(bf16_bits(x)) << 16); }
 
-// fp32 -> bf16, nearest-even. On the host by integer arithmetic on the bits (branch-free
-// apart from NaN, so the cpu loop can vectorize): adding 0x7fff plus the lowest kept bit
+// fp32 -> bf16, nearest-even. On the host by integer arithmetic on the bits (the cpu loop
+// runs the same arithmetic on 64 lanes, bf16_lanes.h): adding 0x7fff plus the lowest kept bit
 // carries into the kept bits exactly when the dropped half is above the tie, or at the tie
 // with an odd kept part. Overflow carries into the exponent and gives ±inf, as it should.
 COLLAGE_HD inline bfloat rn(float x) {
