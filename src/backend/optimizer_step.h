@@ -18,6 +18,25 @@ namespace collage {
 //   stochastic    {m, v} bf16; θ stochastically rounded from fp32   8
 enum class Precision { fp32_master, bf16, collage_light, collage_plus, kahan, stochastic };
 
+// The YAML spelling of a precision ("collage-plus"), for configs, logs and messages.
+inline const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::fp32_master:
+      return "fp32-master";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::collage_light:
+      return "collage-light";
+    case Precision::collage_plus:
+      return "collage-plus";
+    case Precision::kahan:
+      return "kahan";
+    case Precision::stochastic:
+      return "stochastic";
+  }
+  return "unknown";
+}
+
 // optimizer.adam_order: where bias correction and eps enter (COLLAGE.md "One step").
 // torch: denom = sqrt(v)/sqrt(bc2) + eps, m·(−lr/bc1) (GPT configs, NeMo/PyTorch AdamW);
 // hf: denom = sqrt(v) + eps, m·(−lr·sqrt(bc2)/bc1) (HF AdamW; BERT/RoBERTa configs).

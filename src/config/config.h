@@ -144,7 +144,8 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 // Resolved config as YAML (every key, defaults filled in): logged and saved in checkpoints.
 std::string config_to_yaml(const Config& config);
 
-const char* precision_name(Precision p);
+// precision_name(Precision) is in backend/optimizer_step.h, next to the enum.
+
 // "fp32-master" -> Precision::fp32_master, ...; an unknown name throws Error listing the
 // valid ones.
 Precision parse_precision(const std::string& name);

@@ -14,24 +14,6 @@ constexpr Precision kAllPrecisions[] = {Precision::fp32_master,   Precision::bf1
 
 }  // namespace
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::fp32_master:
-      return "fp32-master";
-    case Precision::bf16:
-      return "bf16";
-    case Precision::collage_light:
-      return "collage-light";
-    case Precision::collage_plus:
-      return "collage-plus";
-    case Precision::kahan:
-      return "kahan";
-    case Precision::stochastic:
-      return "stochastic";
-  }
-  return "unknown";
-}
-
 std::string precision_names() {
   std::string names;
   for (Precision p : kAllPrecisions)

@@ -12,27 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "run_collage.h"
+
 namespace {
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-// Runs `collage <args>` from the source directory (so default asset paths resolve).
-CommandResult run_collage(const std::string& args) {
-  const std::string command =
-      "cd '" COLLAGE_SOURCE_DIR "' && '" COLLAGE_BINARY "' " + args + " 2>&1";
-  CommandResult run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
 
 const nlohmann::json& reference() {
   static const nlohmann::json j = [] {

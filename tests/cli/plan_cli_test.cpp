@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
+#include "run_collage.h"
 #include "train/memory_plan.h"
 
 namespace collage {
@@ -123,25 +124,6 @@ TEST(Plan, LargestMicroBatchIsTheLastThatFits) {
   // Too little memory for even one sequence, and an exact budget.
   EXPECT_EQ(largest_micro_batch(big, 8, 1, double(plan_memory(big, 8, 1, 1).total_bytes()) - 1), 0);
   EXPECT_EQ(largest_micro_batch(big, 8, 1, double(plan_memory(big, 8, 1, 3).total_bytes())), 3);
-}
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult run_collage(const std::string& args) {
-  const std::string command =
-      "cd '" COLLAGE_SOURCE_DIR "' && '" COLLAGE_BINARY "' " + args + " 2>&1";
-  CommandResult run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
 }
 
 TEST(PlanCli, PrintsTheBreakdownAndTheLargestMicroBatch) {

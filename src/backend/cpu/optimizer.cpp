@@ -39,24 +39,6 @@ constexpr int64_t kChunk = 16384;
 static_assert(kChunk % collage::math::kLanes == 0, "only a tensor's last chunk has a tail");
 #endif
 
-const char* strategy_name(Precision precision) {
-  switch (precision) {
-    case Precision::fp32_master:
-      return "fp32-master";
-    case Precision::bf16:
-      return "bf16";
-    case Precision::collage_light:
-      return "collage-light";
-    case Precision::collage_plus:
-      return "collage-plus";
-    case Precision::kahan:
-      return "kahan";
-    case Precision::stochastic:
-      return "stochastic";
-  }
-  return "unknown";
-}
-
 // State components per strategy (backend/optimizer_step.h).
 int state_count(Precision precision) {
   switch (precision) {
@@ -75,7 +57,7 @@ int state_count(Precision precision) {
 }
 
 void check_step(const OptimizerStep& step) {
-  const char* name = strategy_name(step.precision);
+  const char* name = precision_name(step.precision);
   COLLAGE_CHECK(step.n >= 0, "optimizer step ({}): n = {} is negative", name, step.n);
   COLLAGE_CHECK(step.param && step.grad, "optimizer step ({}): param and grad must be set", name);
   for (int c = 0; c < state_count(step.precision); c++) {
@@ -261,7 +243,7 @@ void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
     fail(
         "optimizer: precision {} keeps bf16 state and needs the bf16 backend (the fp32 "
         "backend runs fp32-master only)",
-        strategy_name(step.precision));
+        precision_name(step.precision));
   }
   check_step(step);
   const cm::AdamScalars s =
