@@ -12,35 +12,20 @@ namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelThreshold = 1 << 15;
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
-constexpr float kGeluCubic = 0.044715f;
-
 }  // namespace
 
-// 0.5 x (1 + tanh(u)) = x · sigmoid(2u): exact identity, and it needs one exp_approx (which
-// vectorizes) and no tanh.
+// GELU and its derivative: backend/elementwise_math.h (shared with the CUDA kernels).
 template <typename S>
 void gelu_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; i++) {
-    float x = load(inp[i]);
-    float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    store(out[i], x / (1.0f + exp_approx(-2.0f * u)));
-  }
+  for (int64_t i = 0; i < n; i++) store(out[i], math::gelu(load(inp[i])));
 }
 
-// d/dx [x · σ(2u)] with σ = sigmoid(2u): 0.5(1 + tanh u) = σ and 0.5(1 - tanh² u) = 2σ(1 - σ),
-// so the derivative is σ + 2x·σ(1 - σ)·u'.
 template <typename S>
 void gelu_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; i++) {
-    float x = load(inp[i]);
-    float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    float sig = 1.0f / (1.0f + exp_approx(-2.0f * u));
-    float grad = sig + 2.0f * x * sig * (1.0f - sig) * du;
-    store(dinp[i], load(dinp[i]) + grad * load(dout[i]));
+    store(dinp[i], load(dinp[i]) + math::gelu_derivative(load(inp[i])) * load(dout[i]));
   }
 }
 

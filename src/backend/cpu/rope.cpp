@@ -3,32 +3,23 @@
 //   (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
 // v is copied. The backward applies the transposed rotation (the angle negated).
 #include <algorithm>
-#include <cmath>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
+#include "backend/rope_table.h"
 #include "core/error.h"
 
 namespace collage::cpu {
 namespace {
 
-// The angles in double: t·θ_i reaches ~T radians, where an fp32 product would be off by
-// ~1e-4 rad.
+// The table is computed once per (T, HS, base) by the function the cuda backend uses too
+// (backend/rope_table.h), so both rotate by the same values.
 const RopeTable& rope_table(CpuContext& cx, int T, int HS, float base) {
   RopeTable& table = cx.rope;
   const int half = HS / 2;
   if (table.T == T && table.half == half && table.base == base) return table;
   table.T = T, table.half = half, table.base = base;
-  table.cos.resize(size_t(T) * half);
-  table.sin.resize(size_t(T) * half);
-  for (int i = 0; i < half; i++) {
-    const double frequency = std::pow(double(base), -2.0 * i / HS);
-    for (int t = 0; t < T; t++) {
-      const double angle = t * frequency;
-      table.cos[size_t(t) * half + i] = float(std::cos(angle));
-      table.sin[size_t(t) * half + i] = float(std::sin(angle));
-    }
-  }
+  fill_rope_table(T, HS, base, table.cos, table.sin);
   return table;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backend/elementwise_math.h"
 #include "core/bf16.h"
 
 namespace collage::cpu {
@@ -68,50 +69,8 @@ inline float max_value(const float* x, int64_t n) {
   return out;
 }
 
-// e^x in fp32 from plain arithmetic, so that loops over it vectorize (glibc's expf does not
-// without -ffast-math). Cody-Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, then a degree-7
-// Taylor polynomial (truncation < 2e-8 relative): about 1-2 ulp. x is clamped to [-87, 88] so
-// 2^n stays a normal float (e^-87 ≈ 1.6e-38 stands in for anything smaller, e^88 for anything
-// larger); NaN comes out NaN. The clamp and the NaN test work on the bit patterns as integers:
-// float comparisons would keep GCC from vectorizing under -ftrapping-math (the default).
-inline float exp_approx(float x) {
-  int32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  constexpr int32_t kLow = -0x3d520000;  // bits of -87.0f (0xc2ae0000) as int32
-  constexpr int32_t kHigh = 0x42b00000;  // bits of 88.0f
-  // Negative floats order backwards as int32: x < -87 is bits in (kLow, 0).
-  // Selects by masks, not `?:`: GCC would fold the clamped case to a constant and branch.
-  const int32_t below = -static_cast<int32_t>((bits < 0) & (bits > kLow));  // all ones if so
-  int32_t clamped = (bits & ~below) | (kLow & below);
-  const int32_t above = -static_cast<int32_t>(clamped > kHigh);
-  clamped = (clamped & ~above) | (kHigh & above);
-  float y;
-  std::memcpy(&y, &clamped, sizeof y);
-  // n = round(y / ln2): adding 1.5·2^23 pushes the fraction bits out (round-to-nearest).
-  const float shifter = 12582912.0f;
-  const float n = (y * 1.44269504088896341f + shifter) - shifter;
-  // ln2 = 0.693359375 - 2.12194440e-4: the first part has 9 bits, so n·part is exact.
-  float r = y - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t two_n_bits = (static_cast<int32_t>(n) + 127) << 23;  // n in [-126, 127]
-  float two_n;
-  std::memcpy(&two_n, &two_n_bits, sizeof two_n);
-  const float result = p * two_n;
-  int32_t result_bits;
-  std::memcpy(&result_bits, &result, sizeof result_bits);
-  const int32_t is_nan = -static_cast<int32_t>((bits & 0x7fffffff) > 0x7f800000);
-  result_bits = (result_bits & ~is_nan) | (bits & is_nan);
-  float out;
-  std::memcpy(&out, &result_bits, sizeof out);
-  return out;
-}
+// exp_approx: e^x from plain fp32 arithmetic, shared with the CUDA kernels so both compute the
+// same bits (backend/elementwise_math.h).
+using math::exp_approx;
 
 }  // namespace collage::cpu
