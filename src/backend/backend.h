@@ -41,7 +41,16 @@ class BackendT {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
+  // Waits until every queued op has run (a no-op on the cpu, where ops run as they are
+  // called). Results the backend hands back later, such as EdqSums, are in place after it.
   virtual void synchronize() {}
+  // What a backend that queues work did so far: kernels launched and host waits for the
+  // device. Tests and `collage bench` read them; the cpu backend counts nothing.
+  struct Counters {
+    int64_t launches = 0;
+    int64_t synchronizations = 0;
+  };
+  virtual Counters counters() const { return {}; }
 
   // ---- embedding ----
   // out (B*T, C) = wte[tokens - vocab_begin] for tokens in [vocab_begin, vocab_end), else 0
@@ -60,6 +69,15 @@ class BackendT {
   virtual void layernorm_forward(Storage* out, float* mean, float* rstd, const Storage* inp,
                                  const Storage* weight, const Storage* bias, int64_t N, int C,
                                  float eps) = 0;
+  // The residual add and the layernorm that reads its result, fused (one pass over memory on a
+  // GPU): residual (N, C) = rn(a + b); out = layernorm(residual), computed from the rounded
+  // residual, exactly as add() followed by layernorm_forward(), which is what the default does.
+  virtual void residual_layernorm_forward(Storage* residual, Storage* out, float* mean, float* rstd,
+                                          const Storage* a, const Storage* b, const Storage* weight,
+                                          const Storage* bias, int64_t N, int C, float eps) {
+    add(residual, a, b, N * C);
+    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C, eps);
+  }
   virtual void layernorm_backward(Storage* dinp, Storage* dweight, Storage* dbias,
                                   const Storage* dout, const Storage* inp, const Storage* weight,
                                   const float* mean, const float* rstd, int64_t N, int C) = 0;
@@ -124,5 +142,23 @@ using Backend = BackendT<bf16>;
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 // The same ops with fp32 storage and no rounding (tests: finite differences, references).
 std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads = 0);
+// The cuda backend on GPU `device` (backend/cuda/); throws Error when this build has no CUDA
+// or no GPU can be used (the message says why).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// The same host code and kernels run on the CPU by the host SIMT emulator (src/simt/): slow,
+// for tests and for checking kernels without a GPU. Always built.
+std::unique_ptr<Backend> make_cuda_emulated_backend();
+// Whether this build has the GPU cuda backend (CMake found nvcc).
+bool cuda_built();
+
+// parallel.backend resolved: "auto" becomes "cuda" when a GPU can be used and "cpu"
+// otherwise; `reason` says why, for the log.
+struct BackendChoice {
+  std::string name;    // cpu | cuda | cuda-emulated
+  std::string reason;  // "auto: no GPU, the CUDA runtime reports ..."
+};
+BackendChoice choose_backend(const std::string& requested);
+// The backend of a resolved name (cpu | cuda | cuda-emulated); cpu threads as make_cpu_backend.
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0);
 
 }  // namespace collage

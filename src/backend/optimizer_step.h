@@ -72,7 +72,10 @@ struct OptimizerStep {
   // (rounding_seed, t, rounding_offset + i), so runs and resumes are reproducible.
   uint64_t rounding_seed = 0;
   int64_t rounding_offset = 0;
-  EdqSums* edq = nullptr;  // if set, this tensor's EDQ sums are ADDED to *edq
+  // If set, this tensor's EDQ sums are ADDED to *edq, at the latest when the backend's
+  // synchronize() returns (a backend that queues work fills it then): keep *edq alive and
+  // unread until then.
+  EdqSums* edq = nullptr;
 };
 
 }  // namespace collage

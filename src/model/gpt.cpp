@@ -145,12 +145,15 @@ typename GptT<Storage>::Loss GptT<Storage>::forward(const int32_t* tokens, const
   if (targets) be.copy_to_device(a.targets, targets, N * sizeof(int32_t));
 
   be.embedding_forward(a.encoded, a.tokens, w.wte, w.wpe, B, T, C, vocab_begin_, vocab_end_);
+  // Each residual add is fused with the layernorm that reads its result (the next branch's
+  // input): the MLP's ln_2, the next layer's ln_1, or ln_f after the last layer.
+  be.layernorm_forward(a.layers[0].ln1, a.layers[0].ln1_mean, a.layers[0].ln1_rstd, a.encoded,
+                       w.layers[0].ln1_w, w.layers[0].ln1_b, N, C, eps);
   const Storage* x = a.encoded;  // (N, C) residual stream entering the layer
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerWeights& lw = w.layers[l];
     GptLayerActivations<Storage>& la = a.layers[l];
-    // attention branch
-    be.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, lw.ln1_w, lw.ln1_b, N, C, eps);
+    // attention branch (ln1 = layernorm(x) is already done)
     be.matmul_forward(la.qkv, la.ln1, lw.qkv_w, lw.qkv_b, N, C, C3);  // (N, 3C)
     const Storage* attention_in = la.qkv;
     if (rope_) {
@@ -160,17 +163,24 @@ typename GptT<Storage>::Loss GptT<Storage>::forward(const int32_t* tokens, const
     be.attention_forward(la.atty, la.att_lse, attention_in, nullptr, true, B, T, NHl, HS);
     // (tp > 1 later: all-reduce branch_out here, with the replicated bias added once)
     be.matmul_forward(a.branch_out, la.atty, lw.proj_w, lw.proj_b, N, Cl, C);
-    be.add(la.residual2, x, a.branch_out, N * C);
+    // residual2 = x + attention; ln2 = layernorm(residual2)
+    be.residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, x, a.branch_out,
+                                  lw.ln2_w, lw.ln2_b, N, C, eps);
     // MLP branch
-    be.layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, lw.ln2_w, lw.ln2_b, N, C,
-                         eps);
     be.matmul_forward(la.fch, la.ln2, lw.fc1_w, lw.fc1_b, N, C, Fl);  // (N, F)
     be.gelu_forward(la.fch_gelu, la.fch, N * Fl);
     be.matmul_forward(a.branch_out, la.fch_gelu, lw.fc2_w, lw.fc2_b, N, Fl, C);
-    be.add(la.residual3, la.residual2, a.branch_out, N * C);
+    // residual3 = residual2 + MLP; then the layernorm that reads it
+    const bool last = l + 1 == config_.n_layer;
+    Storage* next_ln = last ? a.lnf : a.layers[l + 1].ln1;
+    float* next_mean = last ? a.lnf_mean : a.layers[l + 1].ln1_mean;
+    float* next_rstd = last ? a.lnf_rstd : a.layers[l + 1].ln1_rstd;
+    const Storage* next_w = last ? w.lnf_w : w.layers[l + 1].ln1_w;
+    const Storage* next_b = last ? w.lnf_b : w.layers[l + 1].ln1_b;
+    be.residual_layernorm_forward(la.residual3, next_ln, next_mean, next_rstd, la.residual2,
+                                  a.branch_out, next_w, next_b, N, C, eps);
     x = la.residual3;
   }
-  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, w.lnf_w, w.lnf_b, N, C, eps);
   be.matmul_forward(a.logits, a.lnf, w.head, nullptr, N, C, Vl);  // (N, Vp)
 
   last_B_ = 0;

@@ -84,8 +84,10 @@ const StateComponent& Optimizer::component(const std::string& name) const {
 
 StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
   const size_t groups = options_.edq_groups.size();
-  std::vector<EdqSums> local(groups + 1);  // [0] total, [1 + k] group k
-  for (const ParamSpan& span : spans_) {
+  // One EdqSums per tensor: a backend that queues work fills them by synchronize().
+  std::vector<EdqSums> span_edq(spans_.size());
+  for (size_t k = 0; k < spans_.size(); k++) {
+    const ParamSpan& span = spans_[k];
     OptimizerStep s;
     s.precision = config_.precision;
     s.adam_order = config_.adam_order;
@@ -106,11 +108,14 @@ StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
     // how the parameters are cut into spans.
     s.rounding_seed = options_.rounding_seed;
     s.rounding_offset = span.offset;
-    EdqSums span_edq;
-    s.edq = config_.edq ? &span_edq : nullptr;
+    s.edq = config_.edq ? &span_edq[k] : nullptr;
     backend_.optimizer_step(s);
-    local[0] += span_edq;
-    if (groups > 0) local[1 + span.edq_group] += span_edq;
+  }
+  backend_.synchronize();
+  std::vector<EdqSums> local(groups + 1);  // [0] total, [1 + k] group k
+  for (size_t k = 0; k < spans_.size(); k++) {
+    local[0] += span_edq[k];
+    if (groups > 0) local[1 + spans_[k].edq_group] += span_edq[k];
   }
 
   StepEdq result;
