@@ -1,0 +1,67 @@
+#pragma once
+// CudaContext: what every kernel launcher gets besides its tensors (like cpu/context.h): the
+// stream, device properties, the GEMM engine, named device scratch and the launch and
+// synchronisation counters that tests and `collage bench` read.
+//
+// The cuda backend's host code and kernels build twice: for the GPU (nvcc + cudart) and for
+// the host SIMT emulator (g++, COLLAGE_EMULATED). The two builds live in one executable in
+// different inline namespaces, collage::cuda::device and collage::cuda::emulated; inside a
+// build, code says collage::cuda:: and gets its own.
+#include <cstddef>
+#include <cstdint>
+
+#if defined(COLLAGE_EMULATED)
+#define COLLAGE_CUDA_VARIANT_BEGIN inline namespace emulated {
+namespace simt {
+class Stream;
+}
+#else
+#include <cuda_runtime_api.h>
+#define COLLAGE_CUDA_VARIANT_BEGIN inline namespace device {
+#endif
+#define COLLAGE_CUDA_VARIANT_END }
+
+namespace collage::cuda {
+COLLAGE_CUDA_VARIANT_BEGIN
+
+#if defined(COLLAGE_EMULATED)
+using Stream = ::simt::Stream*;
+#else
+using Stream = cudaStream_t;
+#endif
+
+// Device memory that grows to the largest request and is then reused (named scratch).
+struct DeviceBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// The backend's device scratch, one named buffer per use. A buffer holds one op's data only
+// while that op's kernels run (in stream order); every size is set by the op's shapes, so
+// scratch reaches its final size in the first training step and nothing is allocated after.
+struct CudaScratch {
+  DeviceBuffer embedding_rows;   // embedding_backward: (N) rows sorted by token, group starts
+  DeviceBuffer attention_delta;  // attention_backward: (B, NH, T) fp32 Σ_j P_ij·dP_ij
+  DeviceBuffer column_partials;  // layernorm/bias backward: (row chunks, C) fp32 column sums
+  DeviceBuffer block_partials;   // sum, sum_squares, optimizer EDQ: per-block partial sums
+  DeviceBuffer rope_table;       // rope: (T, HS/2) cos then (T, HS/2) sin, fp32
+};
+
+struct GemmEngine;  // gemm.h: cuBLASLt handle, workspace and cached algorithms (or the cpu GEMM)
+
+struct CudaContext {
+  Stream stream{};
+  int device = 0;
+  int sm_count = 1;
+  size_t max_shared_bytes = 48 << 10;  // per block without an opt-in
+  GemmEngine* gemm = nullptr;
+  CudaScratch scratch;
+  int64_t launches = 0;          // kernels started (launch() in kernels/common.cuh counts)
+  int64_t synchronizations = 0;  // host waits for the stream (runtime.h counts)
+  // The (T, HS, base) whose rope table is in scratch.rope_table (built once per shape).
+  int rope_T = 0, rope_HS = 0;
+  float rope_base = 0;
+};
+
+COLLAGE_CUDA_VARIANT_END
+}  // namespace collage::cuda
