@@ -1,0 +1,227 @@
+// LayerNorm over the last dimension (src/backend/backend.h); the cpu version is
+// src/backend/cpu/layernorm.cpp, whose math this follows expression for expression:
+// statistics in fp32 in two passes (the mean, then the variance of the centred values, which
+// does not cancel), rstd = 1/sqrt(var + eps), mean and rstd saved for the backward.
+//
+// Row work (forward, and the backward's dinp) runs one warp per row: each lane owns the
+// chunks c = (lane + 32j)·W of the row, W = 8 (one Packed128) when C is a multiple of 8 and
+// every pointer is 16-byte aligned, else W = 1; the lanes' fp32 partial sums meet in
+// warp_sum. The cpu sums a row in SIMD lanes, so the statistics agree to rounding, not bits
+// (tests/cuda/layernorm_test.cpp states the tolerances). The parameter gradients are column
+// sums over the rows: kernels/column_sums.cuh, deterministic without float atomics.
+#include "kernels/column_sums.cuh"
+#include "kernels/common.cuh"
+#include "kernels/kernels.cuh"
+
+namespace collage::cuda {
+COLLAGE_CUDA_VARIANT_BEGIN
+namespace {
+
+constexpr int kLayernormThreads = 256;
+constexpr int kRowsPerBlock = kLayernormThreads / kWarpSize;  // a warp per row
+
+// W consecutive elements of a row as fp32: one 128-bit access for W = 8, one element for 1.
+template <int W>
+struct Chunk {
+  float v[W];
+};
+template <int W>
+__device__ __forceinline__ Chunk<W> load_chunk(const bf16_t* p) {
+  Chunk<W> chunk;
+  if constexpr (W == Packed128<bf16_t>::size) {
+    const Packed128<bf16_t> packed = load128(p);
+    for (int k = 0; k < W; k++) chunk.v[k] = to_float(packed.values[k]);
+  } else {
+    static_assert(W == 1, "a chunk is one element or one Packed128");
+    chunk.v[0] = to_float(*p);
+  }
+  return chunk;
+}
+template <int W>
+__device__ __forceinline__ void store_chunk(bf16_t* p, const Chunk<W>& chunk) {
+  if constexpr (W == Packed128<bf16_t>::size) {
+    Packed128<bf16_t> packed;
+    for (int k = 0; k < W; k++) packed.values[k] = to_bf16(chunk.v[k]);
+    store128(p, packed);
+  } else {
+    *p = to_bf16(chunk.v[0]);
+  }
+}
+
+// One warp per row of x (N, C): out = (x - mean)·rstd·weight + bias (bias may be null);
+// mean, rstd (N) written when not null. kResidual: x is residual = rn(inp + b), stored by the
+// first pass and normalised from its rounded values (what add() then layernorm_forward() do);
+// otherwise x is inp and b, residual are unused.
+template <int W, bool kResidual>
+__global__ void layernorm_forward_kernel(bf16_t* out, float* mean, float* rstd, bf16_t* residual,
+                                         const bf16_t* inp, const bf16_t* b, const bf16_t* weight,
+                                         const bf16_t* bias, int64_t N, int C, float eps) {
+  // This warp's row; this lane's chunks start at lane·W and step by a warp's W·32.
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;  // the whole warp leaves together
+  const int first = lane * W, step = kWarpSize * W;
+  const bf16_t* x = (kResidual ? residual : inp) + row * C;  // (C)
+  bf16_t* y = out + row * C;                                 // (C)
+
+  float total = 0.0f;
+  for (int c = first; c < C; c += step) {
+    Chunk<W> v;
+    if constexpr (kResidual) {
+      const Chunk<W> va = load_chunk<W>(inp + row * C + c), vb = load_chunk<W>(b + row * C + c);
+      for (int k = 0; k < W; k++) v.v[k] = to_float(to_bf16(va.v[k] + vb.v[k]));
+      store_chunk(residual + row * C + c, v);  // exact: v is already rounded
+    } else {
+      v = load_chunk<W>(x + c);
+    }
+    for (int k = 0; k < W; k++) total += v.v[k];
+  }
+  // Each lane reads back only the residual chunks it wrote itself.
+  const float m = warp_sum(total) / C;
+  float squares = 0.0f;
+  for (int c = first; c < C; c += step) {
+    const Chunk<W> v = load_chunk<W>(x + c);
+    for (int k = 0; k < W; k++) {
+      const float d = v.v[k] - m;
+      squares += d * d;
+    }
+  }
+  const float s = 1.0f / sqrtf(warp_sum(squares) / C + eps);
+  for (int c = first; c < C; c += step) {
+    const Chunk<W> v = load_chunk<W>(x + c), w = load_chunk<W>(weight + c);
+    Chunk<W> result;
+    if (bias) {
+      const Chunk<W> bb = load_chunk<W>(bias + c);
+      for (int k = 0; k < W; k++) result.v[k] = (v.v[k] - m) * s * w.v[k] + bb.v[k];
+    } else {
+      for (int k = 0; k < W; k++) result.v[k] = (v.v[k] - m) * s * w.v[k];
+    }
+    store_chunk(y + c, result);
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    if (rstd) rstd[row] = s;
+  }
+}
+
+// One warp per row: with x̂ = (x - mean)·rstd and g = dout·weight,
+//   dinp += rstd·(g - mean(g) - x̂·mean(g·x̂)).
+template <int W>
+__global__ void layernorm_backward_dinp_kernel(bf16_t* dinp, const bf16_t* dout, const bf16_t* inp,
+                                               const bf16_t* weight, const float* mean,
+                                               const float* rstd, int64_t N, int C) {
+  // This warp's row; this lane's chunks start at lane·W and step by a warp's W·32.
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const int first = lane * W, step = kWarpSize * W;
+  const bf16_t* x = inp + row * C;    // (C)
+  const bf16_t* dy = dout + row * C;  // (C)
+  bf16_t* dx = dinp + row * C;        // (C)
+  const float m = mean[row], s = rstd[row];
+
+  float g_sum = 0.0f, gx_sum = 0.0f;
+  for (int c = first; c < C; c += step) {
+    const Chunk<W> vx = load_chunk<W>(x + c), vdy = load_chunk<W>(dy + c),
+                   vw = load_chunk<W>(weight + c);
+    for (int k = 0; k < W; k++) {
+      const float g = vdy.v[k] * vw.v[k];
+      g_sum += g;
+      gx_sum += g * (vx.v[k] - m) * s;
+    }
+  }
+  const float g_mean = warp_sum(g_sum) / C, gx_mean = warp_sum(gx_sum) / C;
+  for (int c = first; c < C; c += step) {
+    const Chunk<W> vx = load_chunk<W>(x + c), vdy = load_chunk<W>(dy + c),
+                   vw = load_chunk<W>(weight + c);
+    Chunk<W> vdx = load_chunk<W>(dx + c);
+    for (int k = 0; k < W; k++) {
+      const float g = vdy.v[k] * vw.v[k];
+      const float xhat = (vx.v[k] - m) * s;
+      vdx.v[k] = vdx.v[k] + s * (g - g_mean - xhat * gx_mean);
+    }
+    store_chunk(dx + c, vdx);
+  }
+}
+
+// The column sums of the parameter gradients: [0] dout·x̂ (dweight), [1] dout (dbias).
+struct LayernormTerms {
+  static constexpr int kSums = 2;
+  const bf16_t* dout;  // (N, C)
+  const bf16_t* inp;   // (N, C)
+  const float* mean;   // (N)
+  const float* rstd;   // (N)
+  int C;
+  __device__ void operator()(int64_t row, int c, float* sums) const {
+    const float d = to_float(dout[row * C + c]);
+    sums[0] += d * (to_float(inp[row * C + c]) - mean[row]) * rstd[row];
+    sums[1] += d;
+  }
+};
+
+void check_shape(const char* op, int64_t N, int C) {
+  COLLAGE_KERNEL_CHECK(N >= 0, "%s: N = %lld must be >= 0 (C = %d)", op, static_cast<long long>(N),
+                       C);
+  COLLAGE_KERNEL_CHECK(C > 0, "%s: C = %d must be > 0 (N = %lld)", op, C,
+                       static_cast<long long>(N));
+}
+
+template <bool kResidual>
+void forward(CudaContext& cx, const char* op, bf16_t* out, float* mean, float* rstd,
+             bf16_t* residual, const bf16_t* inp, const bf16_t* b, const bf16_t* weight,
+             const bf16_t* bias, int64_t N, int C, float eps) {
+  check_shape(op, N, C);
+  if (N == 0) return;
+  COLLAGE_KERNEL_CHECK(out && inp && weight && (!kResidual || (residual && b)),
+                       "%s: null tensor (N = %lld, C = %d)", op, static_cast<long long>(N), C);
+  const bool vector = C % Packed128<bf16_t>::size == 0 && aligned16(out, inp, weight) &&
+                      (!bias || aligned16(bias)) && (!kResidual || aligned16(residual, b));
+  const dim3 grid(unsigned(ceil_div(N, kRowsPerBlock))), block(kLayernormThreads);
+  if (vector) {
+    launch(cx, op, layernorm_forward_kernel<Packed128<bf16_t>::size, kResidual>, grid, block)(
+        out, mean, rstd, residual, inp, b, weight, bias, N, C, eps);
+  } else {
+    launch(cx, op, layernorm_forward_kernel<1, kResidual>, grid, block)(
+        out, mean, rstd, residual, inp, b, weight, bias, N, C, eps);
+  }
+}
+
+}  // namespace
+
+void layernorm_forward(CudaContext& cx, bf16_t* out, float* mean, float* rstd, const bf16_t* inp,
+                       const bf16_t* weight, const bf16_t* bias, int64_t N, int C, float eps) {
+  forward<false>(cx, "layernorm_forward", out, mean, rstd, nullptr, inp, nullptr, weight, bias, N,
+                 C, eps);
+}
+
+void residual_layernorm_forward(CudaContext& cx, bf16_t* residual, bf16_t* out, float* mean,
+                                float* rstd, const bf16_t* a, const bf16_t* b, const bf16_t* weight,
+                                const bf16_t* bias, int64_t N, int C, float eps) {
+  forward<true>(cx, "residual_layernorm_forward", out, mean, rstd, residual, a, b, weight, bias, N,
+                C, eps);
+}
+
+void layernorm_backward(CudaContext& cx, bf16_t* dinp, bf16_t* dweight, bf16_t* dbias,
+                        const bf16_t* dout, const bf16_t* inp, const bf16_t* weight,
+                        const float* mean, const float* rstd, int64_t N, int C) {
+  const char* op = "layernorm_backward";
+  check_shape(op, N, C);
+  if (N == 0 || (!dinp && !dweight && !dbias)) return;  // null gradients: not computed
+  COLLAGE_KERNEL_CHECK(dout && inp && mean && rstd && (!dinp || weight),
+                       "%s: null tensor (N = %lld, C = %d)", op, static_cast<long long>(N), C);
+  if (dinp) {
+    const dim3 grid(unsigned(ceil_div(N, kRowsPerBlock))), block(kLayernormThreads);
+    if (C % Packed128<bf16_t>::size == 0 && aligned16(dinp, dout, inp, weight)) {
+      launch(cx, op, layernorm_backward_dinp_kernel<Packed128<bf16_t>::size>, grid, block)(
+          dinp, dout, inp, weight, mean, rstd, N, C);
+    } else {
+      launch(cx, op, layernorm_backward_dinp_kernel<1>, grid, block)(dinp, dout, inp, weight, mean,
+                                                                     rstd, N, C);
+    }
+  }
+  if (dweight || dbias)
+    column_sums(cx, op, LayernormTerms{dout, inp, mean, rstd, C}, N, C, dweight, dbias);
+}
+
+COLLAGE_CUDA_VARIANT_END
+}  // namespace collage::cuda

@@ -1,0 +1,192 @@
+// kernels/elementwise.cu under the host emulator against the cpu backend
+// (src/backend/cpu/elementwise.cpp): GELU forward and backward, add, accumulate and scale must
+// agree bit for bit (the same fp32 operations in the same order, one rounding), and the casts
+// must equal core/bf16.h's conversions, which the cpu backend's loads and stores use.
+//
+// Every op runs at sizes that are and are not multiples of 8 (a Packed128 of bf16), 32 and 128,
+// and at two offsets from the 256-byte aligned allocation: 0 elements (the 128-bit path with a
+// scalar tail) and 1 element (2 bytes: the scalar fallback). The buffers carry guard elements
+// before and after the n elements, which must come back unchanged (compared with the cpu's).
+#include <cstring>
+#include <vector>
+
+#include "../../kernels/kernels.cuh"
+#include "backend/cuda/runtime.h"
+#include "cuda_test_util.h"
+
+namespace collage::test {
+namespace {
+
+constexpr int64_t kSizes[] = {1, 7, 8, 33, 1000, 1024, 4099, 4096};
+constexpr int kOffsets[] = {0, 1};
+constexpr int kGuard = 9;  // elements after the n elements
+
+std::string label(const char* op, int64_t n, int offset) {
+  return std::string(op) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
+}
+
+// n random values ~ N(0, scale²) behind `offset` guard values and followed by kGuard.
+std::vector<bf16> padded_values(Rng& rng, int64_t n, int offset, double scale = 1.0) {
+  return random_values<bf16>(rng, size_t(n + offset + kGuard), scale);
+}
+
+// GELU inputs: N(0, 9) (both tails, where exp_approx clamps, and the centre) and some exact
+// values at fixed places: ±0, subnormals, and |x| large enough for sigmoid(2u) to saturate.
+std::vector<bf16> gelu_inputs(Rng& rng, int64_t n, int offset) {
+  std::vector<bf16> v = padded_values(rng, n, offset, 3.0);
+  const float specials[] = {0.0f, -0.0f, 1e-39f, -1e-39f, 12.0f, -12.0f, 60.0f, -60.0f};
+  for (size_t k = 0; k < std::size(specials) && k < size_t(n); k++)
+    v[offset + k * 3 % n] = float_to_bf16(specials[k]);
+  return v;
+}
+
+TEST(CudaElementwise, GeluForwardMatchesCpuBits) {
+  BackendPair pair;
+  Rng rng(11);
+  for (int64_t n : kSizes) {
+    for (int offset : kOffsets) {
+      const Mirrored<bf16> inp(pair, gelu_inputs(rng, n, offset));
+      const Mirrored<bf16> out(pair, padded_values(rng, n, offset));
+      pair.cpu->gelu_forward(out.cpu() + offset, inp.cpu() + offset, n);
+      pair.emulated->gelu_forward(out.emulated() + offset, inp.emulated() + offset, n);
+      expect_same_bits(out.from_emulated(), out.from_cpu(), label("gelu_forward", n, offset));
+    }
+  }
+}
+
+TEST(CudaElementwise, GeluBackwardAccumulatesTheCpuBits) {
+  BackendPair pair;
+  Rng rng(12);
+  for (int64_t n : kSizes) {
+    for (int offset : kOffsets) {
+      const Mirrored<bf16> inp(pair, gelu_inputs(rng, n, offset));
+      const Mirrored<bf16> dout(pair, padded_values(rng, n, offset));
+      const Mirrored<bf16> dinp(pair, padded_values(rng, n, offset));  // accumulated into
+      pair.cpu->gelu_backward(dinp.cpu() + offset, inp.cpu() + offset, dout.cpu() + offset, n);
+      pair.emulated->gelu_backward(dinp.emulated() + offset, inp.emulated() + offset,
+                                   dout.emulated() + offset, n);
+      expect_same_bits(dinp.from_emulated(), dinp.from_cpu(), label("gelu_backward", n, offset));
+    }
+  }
+}
+
+TEST(CudaElementwise, AddAndAccumulateMatchCpuBits) {
+  BackendPair pair;
+  Rng rng(13);
+  for (int64_t n : kSizes) {
+    for (int offset : kOffsets) {
+      const Mirrored<bf16> a(pair, padded_values(rng, n, offset));
+      const Mirrored<bf16> b(pair, padded_values(rng, n, offset, 0.01));  // rounding matters
+      const Mirrored<bf16> out(pair, padded_values(rng, n, offset));
+      pair.cpu->add(out.cpu() + offset, a.cpu() + offset, b.cpu() + offset, n);
+      pair.emulated->add(out.emulated() + offset, a.emulated() + offset, b.emulated() + offset, n);
+      expect_same_bits(out.from_emulated(), out.from_cpu(), label("add", n, offset));
+
+      pair.cpu->accumulate(a.cpu() + offset, b.cpu() + offset, n);
+      pair.emulated->accumulate(a.emulated() + offset, b.emulated() + offset, n);
+      expect_same_bits(a.from_emulated(), a.from_cpu(), label("accumulate", n, offset));
+    }
+  }
+}
+
+TEST(CudaElementwise, ScaleMatchesCpuBits) {
+  BackendPair pair;
+  Rng rng(14);
+  // 1e-38 takes products into bf16's subnormals.
+  for (float factor : {0.37f, -3.0f, 1e-38f}) {
+    for (int64_t n : kSizes) {
+      for (int offset : kOffsets) {
+        const Mirrored<bf16> x(pair, padded_values(rng, n, offset));
+        pair.cpu->scale(x.cpu() + offset, factor, n);
+        pair.emulated->scale(x.emulated() + offset, factor, n);
+        expect_same_bits(x.from_emulated(), x.from_cpu(),
+                         label("scale", n, offset) + " factor=" + std::to_string(factor));
+      }
+    }
+  }
+}
+
+// The casts have no Backend method (the cuda backend uses them internally), so this calls the
+// kernels directly on an emulated CudaContext and compares with core/bf16.h.
+class EmulatedContext {
+ public:
+  EmulatedContext() { cuda::open_context(cx, 0); }
+  ~EmulatedContext() {
+    release();
+    cuda::close_context(cx);
+  }
+  template <typename T>
+  T* device(const std::vector<T>& host) {
+    void* p = cuda::device_allocate(cx, host.size() * sizeof(T));
+    allocations_.push_back(p);
+    cuda::upload(cx, p, host.data(), host.size() * sizeof(T));
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  std::vector<T> host(const T* p, size_t count) {
+    std::vector<T> v(count);
+    cuda::download(cx, v.data(), p, count * sizeof(T));
+    return v;
+  }
+  void release() {
+    for (void* p : allocations_) cuda::device_release(cx, p);
+    allocations_.clear();
+  }
+  cuda::CudaContext cx;
+
+ private:
+  std::vector<void*> allocations_;
+};
+
+float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(CudaElementwise, CastsMatchCoreConversions) {
+  EmulatedContext e;
+  // bf16 -> fp32: every bf16 bit pattern, NaNs included (widening only moves bits).
+  std::vector<bf16> all(1 << 16);
+  for (uint32_t u = 0; u < all.size(); u++) all[u].bits = uint16_t(u);
+  for (int offset : kOffsets) {
+    const int64_t n = int64_t(all.size()) - offset - 3;  // odd size, both offsets
+    const bf16* in = e.device(all);
+    float* out = e.device(std::vector<float>(all.size(), -1.0f));
+    cuda::bf16_to_float(e.cx, out + offset, reinterpret_cast<const cuda::bf16_t*>(in) + offset, n);
+    const std::vector<float> got = e.host(out, all.size());
+    std::vector<float> want(all.size(), -1.0f);
+    for (int64_t i = offset; i < offset + n; i++) want[i] = bf16_to_float(all[i]);
+    expect_same_bits(got, want, label("bf16_to_float", n, offset));
+    e.release();
+  }
+  // fp32 -> bf16: random bit patterns (every exponent, subnormals, infinities), exact ties
+  // (low half 0x8000, even and odd kept parts) and the largest finite floats, which round to
+  // infinity. NaNs are left out: core/bf16.h keeps a NaN's sign and payload while the kernels'
+  // math::rn (optim/bf16_math.h, the device's cvt.rn.bf16.f32) gives the canonical 0x7fff.
+  Rng rng(15);
+  std::vector<float> values;
+  for (int k = 0; k < 4099; k++) {
+    const uint32_t u = uint32_t(rng.integer(0, 0x7fffffff)) | (rng.integer(0, 1) ? 0x80000000u : 0);
+    const float f = bits_to_float(u);
+    values.push_back(std::isnan(f) ? 0.0f : f);
+  }
+  for (uint32_t high : {0x3f80u, 0x3f81u, 0x0000u, 0x0001u, 0xc2c9u})
+    values.push_back(bits_to_float(high << 16 | 0x8000u));
+  for (uint32_t u : {0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x007fffffu})
+    values.push_back(bits_to_float(u));
+  for (int offset : kOffsets) {
+    const int64_t n = int64_t(values.size()) - offset;
+    const float* in = e.device(values);
+    bf16* out = e.device(std::vector<bf16>(values.size(), float_to_bf16(-1.0f)));
+    cuda::float_to_bf16(e.cx, reinterpret_cast<cuda::bf16_t*>(out) + offset, in + offset, n);
+    const std::vector<bf16> got = e.host(out, values.size());
+    std::vector<bf16> want(values.size(), float_to_bf16(-1.0f));
+    for (int64_t i = offset; i < offset + n; i++) want[i] = float_to_bf16(values[i]);
+    expect_same_bits(got, want, label("float_to_bf16", n, offset));
+    e.release();
+  }
+}
+
+}  // namespace
+}  // namespace collage::test
