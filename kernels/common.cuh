@@ -75,6 +75,34 @@ template <typename T>
 __device__ __forceinline__ void store128(T* address, const Packed128<T>& value) {
   *reinterpret_cast<Packed128<T>*>(address) = value;
 }
+// W consecutive bf16 elements as fp32: one 128-bit access for W = 8, one element for W = 1.
+// Kernels are templated on W and the launcher picks 8 when sizes and alignment allow.
+template <int W>
+struct Chunk {
+  float v[W];
+};
+template <int W>
+__device__ __forceinline__ Chunk<W> load_chunk(const bf16_t* p) {
+  Chunk<W> chunk;
+  if constexpr (W == Packed128<bf16_t>::size) {
+    const Packed128<bf16_t> packed = load128(p);
+    for (int k = 0; k < W; k++) chunk.v[k] = to_float(packed.values[k]);
+  } else {
+    static_assert(W == 1, "a chunk is one element or one Packed128");
+    chunk.v[0] = to_float(*p);
+  }
+  return chunk;
+}
+template <int W>
+__device__ __forceinline__ void store_chunk(bf16_t* p, const Chunk<W>& chunk) {
+  if constexpr (W == Packed128<bf16_t>::size) {
+    Packed128<bf16_t> packed;
+    for (int k = 0; k < W; k++) packed.values[k] = to_bf16(chunk.v[k]);
+    store128(p, packed);
+  } else {
+    *p = to_bf16(chunk.v[0]);
+  }
+}
 // Whether every pointer is 16-byte aligned (a launcher picks the Packed128 path only then).
 inline bool aligned16(const void* pointer) {
   return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0;

@@ -38,33 +38,6 @@ constexpr int kSortWarps = kSortThreads / kWarpSize;
 // blocks; the group count is only known on the device).
 constexpr int64_t kMaxGroupBlocks = 1024;
 
-// W consecutive channels as fp32: one 128-bit access for W = 8, one element for W = 1.
-template <int W>
-struct Chunk {
-  float v[W];
-};
-template <int W>
-__device__ __forceinline__ Chunk<W> load_chunk(const bf16_t* p) {
-  Chunk<W> chunk;
-  if constexpr (W == kVector) {
-    const Packed128<bf16_t> packed = load128(p);
-    for (int k = 0; k < W; k++) chunk.v[k] = to_float(packed.values[k]);
-  } else {
-    static_assert(W == 1, "a chunk is one element or one Packed128");
-    chunk.v[0] = to_float(*p);
-  }
-  return chunk;
-}
-template <int W>
-__device__ __forceinline__ void store_chunk(bf16_t* p, const Chunk<W>& chunk) {
-  if constexpr (W == kVector) {
-    Packed128<bf16_t> packed;
-    for (int k = 0; k < W; k++) packed.values[k] = to_bf16(chunk.v[k]);
-    store128(p, packed);
-  } else {
-    *p = to_bf16(chunk.v[0]);
-  }
-}
 // W channels copied or zeroed bit for bit (the cpu's std::copy / std::fill).
 template <int W>
 __device__ __forceinline__ void copy_chunk(bf16_t* out, const bf16_t* in) {

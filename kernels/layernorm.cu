@@ -20,34 +20,6 @@ namespace {
 constexpr int kLayernormThreads = 256;
 constexpr int kRowsPerBlock = kLayernormThreads / kWarpSize;  // a warp per row
 
-// W consecutive elements of a row as fp32: one 128-bit access for W = 8, one element for 1.
-template <int W>
-struct Chunk {
-  float v[W];
-};
-template <int W>
-__device__ __forceinline__ Chunk<W> load_chunk(const bf16_t* p) {
-  Chunk<W> chunk;
-  if constexpr (W == Packed128<bf16_t>::size) {
-    const Packed128<bf16_t> packed = load128(p);
-    for (int k = 0; k < W; k++) chunk.v[k] = to_float(packed.values[k]);
-  } else {
-    static_assert(W == 1, "a chunk is one element or one Packed128");
-    chunk.v[0] = to_float(*p);
-  }
-  return chunk;
-}
-template <int W>
-__device__ __forceinline__ void store_chunk(bf16_t* p, const Chunk<W>& chunk) {
-  if constexpr (W == Packed128<bf16_t>::size) {
-    Packed128<bf16_t> packed;
-    for (int k = 0; k < W; k++) packed.values[k] = to_bf16(chunk.v[k]);
-    store128(p, packed);
-  } else {
-    *p = to_bf16(chunk.v[0]);
-  }
-}
-
 // One warp per row of x (N, C): out = (x - mean)·rstd·weight + bias (bias may be null);
 // mean, rstd (N) written when not null. kResidual: x is residual = rn(inp + b), stored by the
 // first pass and normalised from its rounded values (what add() then layernorm_forward() do);

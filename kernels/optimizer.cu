@@ -124,22 +124,6 @@ __global__ void edq_total_kernel(double* edq, const double* partials, int blocks
   }
 }
 
-// State components per strategy (backend/optimizer_step.h).
-int state_count(Precision precision) {
-  switch (precision) {
-    case Precision::fp32_master:
-    case Precision::collage_light:
-    case Precision::kahan:
-      return 3;
-    case Precision::bf16:
-    case Precision::stochastic:
-      return 2;
-    case Precision::collage_plus:
-      return 4;
-  }
-  return 0;
-}
-
 template <Precision P>
 void launch_step(CudaContext& cx, const StepArguments& a, int blocks, double* partials) {
   launch(cx, "optimizer_step", optimizer_kernel<P>, dim3(unsigned(blocks)),

@@ -18,6 +18,22 @@ namespace collage {
 //   stochastic    {m, v} bf16; θ stochastically rounded from fp32   8
 enum class Precision { fp32_master, bf16, collage_light, collage_plus, kahan, stochastic };
 
+// How many state components a strategy keeps (the table above).
+inline int state_count(Precision precision) {
+  switch (precision) {
+    case Precision::bf16:
+    case Precision::stochastic:
+      return 2;
+    case Precision::fp32_master:
+    case Precision::collage_light:
+    case Precision::kahan:
+      return 3;
+    case Precision::collage_plus:
+      return 4;
+  }
+  return 0;
+}
+
 // The YAML spelling of a precision ("collage-plus"), for configs, logs and messages.
 inline const char* precision_name(Precision precision) {
   switch (precision) {

@@ -31,22 +31,6 @@ const Strategy kStrategies[] = {{Precision::fp32_master, false},   {Precision::b
                                 {Precision::collage_plus, true},   {Precision::kahan, false},
                                 {Precision::stochastic, false}};
 
-// State components per strategy: fp32-master {master, m, v} fp32, the others bf16.
-int state_count(Precision p) {
-  switch (p) {
-    case Precision::fp32_master:
-    case Precision::collage_light:
-    case Precision::kahan:
-      return 3;
-    case Precision::bf16:
-    case Precision::stochastic:
-      return 2;
-    case Precision::collage_plus:
-      return 4;
-  }
-  return 0;
-}
-
 bool zero_element(int64_t i) { return i % 20 == 7; }
 
 // One parameter tensor with its gradient and optimizer state in both backends.

@@ -21,18 +21,6 @@ using math::bfloat;
 constexpr int64_t kN = 100003;  // several of the backend's chunks, and a ragged last one
 constexpr int kSteps = 3;
 
-int state_count(Precision p) {
-  switch (p) {
-    case Precision::bf16:
-    case Precision::stochastic:
-      return 2;
-    case Precision::collage_plus:
-      return 4;
-    default:
-      return 3;
-  }
-}
-
 struct Case {
   Precision precision;
   AdamOrder order;

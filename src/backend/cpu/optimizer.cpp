@@ -39,23 +39,6 @@ constexpr int64_t kChunk = 16384;
 static_assert(kChunk % collage::math::kLanes == 0, "only a tensor's last chunk has a tail");
 #endif
 
-// State components per strategy (backend/optimizer_step.h).
-int state_count(Precision precision) {
-  switch (precision) {
-    case Precision::fp32_master:
-      return 3;
-    case Precision::bf16:
-    case Precision::stochastic:
-      return 2;
-    case Precision::collage_light:
-    case Precision::kahan:
-      return 3;
-    case Precision::collage_plus:
-      return 4;
-  }
-  return 0;
-}
-
 void check_step(const OptimizerStep& step) {
   const char* name = precision_name(step.precision);
   COLLAGE_CHECK(step.n >= 0, "optimizer step ({}): n = {} is negative", name, step.n);
