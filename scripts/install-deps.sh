@@ -13,6 +13,8 @@ packages=(
   build-essential cmake git pkg-config ca-certificates
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libpcre2-dev
+  libboost-context-dev                 # fibers of the host SIMT emulator (src/simt)
+  libopenmpi-dev openmpi-bin           # MPI: the NCCL unique id travels over it
   libgtest-dev libgmock-dev libbenchmark-dev
   nodejs npm python3-numpy gnuplot-nox
 )

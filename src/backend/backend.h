@@ -39,7 +39,7 @@ class BackendT {
   virtual void release(void* ptr) = 0;
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // ranges must not overlap
   virtual void zero(void* dst, size_t bytes) = 0;
   // Waits until every queued op has run (a no-op on the cpu, where ops run as they are
   // called). Results the backend hands back later, such as EdqSums, are in place after it.

@@ -98,7 +98,9 @@ struct OptimizerConfig {
 };
 
 struct ParallelConfig {
-  std::string backend = "cpu";  // cpu | cuda | auto
+  // auto (cuda when a GPU can be used, else cpu) | cpu | cuda | cuda-emulated (the cuda
+  // backend's kernels run on the CPU by the host SIMT emulator: slow, for checking kernels)
+  std::string backend = "cpu";
   int tensor_parallel = 1;
   int threads = 0;  // cpu threads per rank; 0 = all cores
 

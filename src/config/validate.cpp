@@ -143,7 +143,7 @@ void check_optimizer(const Checker& c, const OptimizerConfig& o) {
 }
 
 void check_rest(const Checker& c, const Config& config) {
-  c.one_of("parallel.backend", config.parallel.backend, {"cpu", "cuda", "auto"});
+  c.one_of("parallel.backend", config.parallel.backend, {"auto", "cpu", "cuda", "cuda-emulated"});
   c.positive("parallel.tensor_parallel", config.parallel.tensor_parallel);
   c.non_negative("parallel.threads", config.parallel.threads);
   if (config.logging.dir.empty()) c.reject("logging.dir", "empty");

@@ -2,6 +2,10 @@
 // collage::Error: every failure the user can cause (bad config, bad data file, non-finite
 // loss, ...) is thrown as an Error whose message names the file, key or step and the
 // reason. main() prints it as one line and exits non-zero.
+#if defined(__CUDACC__)
+#error \
+    "core/error.h (fmt) does not compile under nvcc: kernel files check their arguments with COLLAGE_KERNEL_CHECK (printf-style) from kernels/common.cuh"
+#endif
 #include <fmt/format.h>
 
 #include <stdexcept>

@@ -77,7 +77,8 @@ double time_sgemm(const std::vector<Gemm>& gemms, int repeats, int threads) {
 
 BenchResult run_bench(const Config& config, const BenchOptions& options) {
   const int B = config.training.micro_batch_size, T = config.data.seq_len;
-  auto backend = make_cpu_backend(config.parallel.threads);
+  const BackendChoice choice = choose_backend(config.parallel.backend);
+  auto backend = make_backend(choice.name, config.parallel.threads);
   GPT model(config.model, *backend, B, T);
   model.init_weights(config.training.seed);
   std::vector<ParamSpan> spans;
@@ -95,8 +96,12 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   for (auto& x : targets) x = token(gen);
 
   BenchResult r;
+  r.backend = choice.name;
+  r.backend_reason = choice.reason;
+  Backend::Counters before;
   for (int s = 0; s < options.warmup_steps + options.steps; s++) {
     const bool timed = s >= options.warmup_steps;
+    if (s == options.warmup_steps) before = backend->counters();
     model.zero_gradients();
     auto start = Clock::now();
     model.forward(tokens.data(), targets.data(), B);
@@ -116,6 +121,10 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
       r.optimizer_ms += opt / options.steps;
     }
   }
+  const Backend::Counters after = backend->counters();
+  r.launches_per_step = double(after.launches - before.launches) / options.steps;
+  r.synchronizations_per_step =
+      double(after.synchronizations - before.synchronizations) / options.steps;
   r.step_ms = r.forward_ms + r.backward_ms + r.optimizer_ms;
   r.tokens_per_s = B * T / (r.step_ms / 1e3);
   const std::vector<Gemm> gemms = step_gemms(config.model, B, T);
@@ -123,9 +132,12 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   for (const Gemm& g : gemms) flops += g.flops();
   r.model_gflop = flops / 1e9;
   r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
-  const int threads = config.parallel.threads > 0 ? config.parallel.threads : omp_get_max_threads();
-  r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps), threads);
-  r.sgemm_gflops = r.model_gflop / (r.sgemm_ms / 1e3);
+  if (choice.name == "cpu") {
+    const int threads =
+        config.parallel.threads > 0 ? config.parallel.threads : omp_get_max_threads();
+    r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps), threads);
+    r.sgemm_gflops = r.model_gflop / (r.sgemm_ms / 1e3);
+  }
   return r;
 }
 
@@ -133,11 +145,11 @@ std::string format_bench(const Config& config, const BenchResult& r) {
   const ModelConfig& m = config.model;
   std::string out = fmt::format(
       "GPT L={} C={} heads={} vocab={} (padded {}), micro-batch {} x seq {}, {} threads, "
-      "optimizer {}\n\n",
+      "optimizer {}, backend {} ({})\n\n",
       m.n_layer, m.hidden_size, m.n_head, m.vocab_size, m.padded_vocab(),
       config.training.micro_batch_size, config.data.seq_len,
       config.parallel.threads > 0 ? fmt::format("{}", config.parallel.threads) : "all",
-      precision_name(config.optimizer.precision));
+      precision_name(config.optimizer.precision), r.backend, r.backend_reason);
   out += fmt::format("| {:<28} | {:>12} |\n|{:-<30}|{:-<14}|\n", "measure", "value", "", "");
   auto row = [&](const std::string& name, const std::string& value) {
     out += fmt::format("| {:<28} | {:>12} |\n", name, value);
@@ -149,9 +161,15 @@ std::string format_bench(const Config& config, const BenchResult& r) {
   row("tokens/s", fmt::format("{:.0f}", r.tokens_per_s));
   row("matmul GFLOP per step", fmt::format("{:.2f}", r.model_gflop));
   row("achieved GFLOP/s", fmt::format("{:.1f}", r.achieved_gflops));
-  row("same GEMMs as fp32 sgemm ms", fmt::format("{:.1f}", r.sgemm_ms));
-  row("sgemm GFLOP/s", fmt::format("{:.1f}", r.sgemm_gflops));
-  row("step / sgemm time", fmt::format("{:.2f}x", r.step_ms / r.sgemm_ms));
+  if (r.sgemm_ms > 0) {
+    row("same GEMMs as fp32 sgemm ms", fmt::format("{:.1f}", r.sgemm_ms));
+    row("sgemm GFLOP/s", fmt::format("{:.1f}", r.sgemm_gflops));
+    row("step / sgemm time", fmt::format("{:.2f}x", r.step_ms / r.sgemm_ms));
+  }
+  if (r.backend != "cpu") {
+    row("kernel launches per step", fmt::format("{:.0f}", r.launches_per_step));
+    row("host waits per step", fmt::format("{:.0f}", r.synchronizations_per_step));
+  }
   return out;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // `collage bench`: time forward, backward and optimizer of one config's training step on
 // synthetic tokens, next to the same step's matrix products run as plain fp32 sgemm on
-// the same threads — the cost a GEMM-bound trainer cannot beat.
+// the same threads — the cost a GEMM-bound trainer cannot beat (cpu backend). A queuing
+// backend (cuda, cuda-emulated) also reports its kernel launches and host waits per step.
 #include <string>
 
 #include "config/config.h"
@@ -14,11 +15,15 @@ struct BenchOptions {
 };
 
 struct BenchResult {
+  std::string backend;                   // the backend that ran (parallel.backend resolved)
+  std::string backend_reason;            // why ("as configured", "auto: no GPU, ...")
+  double launches_per_step = 0;          // kernels and GEMMs queued (queuing backends)
+  double synchronizations_per_step = 0;  // host waits for the device (queuing backends)
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, step_ms = 0;
   double tokens_per_s = 0;
   double model_gflop = 0;      // matmul FLOPs of one step (forward + backward), GFLOP
   double achieved_gflops = 0;  // model_gflop / step time
-  double sgemm_ms = 0;         // the same GEMMs as plain fp32 sgemm
+  double sgemm_ms = 0;         // the same GEMMs as plain fp32 sgemm (cpu backend only)
   double sgemm_gflops = 0;
 };
 

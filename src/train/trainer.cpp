@@ -134,9 +134,9 @@ TrainResult train(const Config& config, const TrainOptions& options) {
 
   Run run(config);
   run.comm = make_single_comm();
-  COLLAGE_CHECK(config.parallel.backend != "cuda",
-                "parallel.backend: 'cuda' is not available in this build (use cpu)");
-  run.backend = make_cpu_backend(config.parallel.threads);
+  const BackendChoice backend = choose_backend(config.parallel.backend);
+  run.backend = make_backend(backend.name, config.parallel.threads);
+  spdlog::info("backend: {} ({})", run.backend->name(), backend.reason);
 
   const TrainingConfig& tc = config.training;
   const int B = tc.micro_batch_size, T = config.data.seq_len;

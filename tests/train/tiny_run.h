@@ -1,6 +1,7 @@
 #pragma once
 // The trainer tests' fixture: a tiny GPT config on a synthetic Megatron dataset in a
 // temporary directory, and the metrics.jsonl records of a run.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,0 +1,229 @@
+// CudaBackend: the Backend interface on a GPU (or on the host SIMT emulator: this file builds
+// for both, see context.h). Memory is one device allocation per arena; every op queues its
+// kernels (kernels/*.cu, declared in kernels/kernels.cuh) or GEMMs (gemm.h) on one stream and
+// returns without waiting. The host waits only where a result comes back: sum() and
+// sum_squares() (the loss and the gradient norm), copy_to_host(), and synchronize(), which
+// also hands back the EDQ sums of the optimizer steps queued since the last one.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/runtime.h"
+#include "core/error.h"
+#include "kernels/kernels.cuh"
+
+namespace collage::cuda {
+COLLAGE_CUDA_VARIANT_BEGIN
+namespace {
+
+// The Backend's bf16 and the kernels' __nv_bfloat16 have the same layout (core/bf16.h).
+bf16_t* dev(bf16* p) { return reinterpret_cast<bf16_t*>(p); }
+const bf16_t* dev(const bf16* p) { return reinterpret_cast<const bf16_t*>(p); }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::string name, int device) : name_(std::move(name)) {
+    open_context(cx_, device);
+    result_ = static_cast<double*>(device_allocate(cx_, sizeof(double)));
+  }
+  ~CudaBackend() override {
+    device_release(cx_, result_);
+    device_release(cx_, edq_slots_.data);
+    close_context(cx_);
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return name_; }
+
+  // ---- memory ----
+  void* allocate(size_t bytes) override {
+    void* pointer = device_allocate(cx_, bytes);
+    fill_bytes(cx_, pointer, 0, bytes);
+    return pointer;
+  }
+  void release(void* pointer) override { device_release(cx_, pointer); }
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override {
+    upload(cx_, dst, host_src, bytes);
+  }
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
+    download(cx_, host_dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    copy_on_device(cx_, dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) override { fill_bytes(cx_, dst, 0, bytes); }
+  void synchronize() override {
+    if (pending_edq_.empty()) {
+      cuda::synchronize(cx_);
+      return;
+    }
+    std::vector<double> sums(4 * pending_edq_.size());
+    download(cx_, sums.data(), edq_slots_.data, sums.size() * sizeof(double));
+    for (size_t k = 0; k < pending_edq_.size(); k++) {
+      *pending_edq_[k] += EdqSums{sums[4 * k], sums[4 * k + 1], std::llround(sums[4 * k + 2]),
+                                  std::llround(sums[4 * k + 3])};  // counts: exact in a double
+    }
+    pending_edq_.clear();
+  }
+  Counters counters() const override { return {cx_.launches, cx_.synchronizations}; }
+
+  // ---- ops ----
+  void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
+                         int T, int C, int64_t vocab_begin, int64_t vocab_end) override {
+    cuda::embedding_forward(cx_, dev(out), tokens, dev(wte), dev(wpe), B, T, C, vocab_begin,
+                            vocab_end);
+  }
+  void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                          int T, int C, int64_t vocab_begin, int64_t vocab_end) override {
+    cuda::embedding_backward(cx_, dev(dwte), dev(dwpe), dev(dout), tokens, B, T, C, vocab_begin,
+                             vocab_end);
+  }
+
+  void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int64_t N, int C, float eps) override {
+    cuda::layernorm_forward(cx_, dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps);
+  }
+  void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd,
+                                  const bf16* a, const bf16* b, const bf16* weight,
+                                  const bf16* bias, int64_t N, int C, float eps) override {
+    cuda::residual_layernorm_forward(cx_, dev(residual), dev(out), mean, rstd, dev(a), dev(b),
+                                     dev(weight), dev(bias), N, C, eps);
+  }
+  void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
+                          const bf16* weight, const float* mean, const float* rstd, int64_t N,
+                          int C) override {
+    cuda::layernorm_backward(cx_, dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp),
+                             dev(weight), mean, rstd, N, C);
+  }
+
+  // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ + bias: one GEMM, the bias as its epilogue.
+  void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int64_t N,
+                      int C, int OC) override {
+    GemmCall g;
+    g.a = dev(inp), g.lda = C;
+    g.b = dev(weight), g.ldb = C, g.transpose_b = true;
+    g.d = dev(out), g.ldd = OC;
+    g.M = N, g.N = OC, g.K = C;
+    g.bias = dev(bias);
+    gemm(cx_, g);
+  }
+  // dinp (N, C) += dout (N, OC) · weight (OC, C); dweight (OC, C) += doutᵀ · inp (N, C);
+  // dbias (OC) += Σ_rows dout. The GEMMs accumulate with beta = 1 (one rounding).
+  void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
+                       const bf16* weight, int64_t N, int C, int OC) override {
+    if (dinp) {
+      GemmCall g;
+      g.a = dev(dout), g.lda = OC;
+      g.b = dev(weight), g.ldb = C;
+      g.d = dev(dinp), g.ldd = C;
+      g.M = N, g.N = C, g.K = OC;
+      g.accumulate = true;
+      gemm(cx_, g);
+    }
+    if (dweight) {
+      GemmCall g;
+      g.a = dev(dout), g.lda = OC, g.transpose_a = true;
+      g.b = dev(inp), g.ldb = C;
+      g.d = dev(dweight), g.ldd = C;
+      g.M = OC, g.N = C, g.K = N;
+      g.accumulate = true;
+      gemm(cx_, g);
+    }
+    if (dbias) bias_backward(cx_, dev(dbias), dev(dout), N, OC);
+  }
+
+  void gelu_forward(bf16* out, const bf16* inp, int64_t n) override {
+    cuda::gelu_forward(cx_, dev(out), dev(inp), n);
+  }
+  void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
+    cuda::gelu_backward(cx_, dev(dinp), dev(inp), dev(dout), n);
+  }
+  void add(bf16* out, const bf16* a, const bf16* b, int64_t n) override {
+    cuda::add(cx_, dev(out), dev(a), dev(b), n);
+  }
+  void accumulate(bf16* dst, const bf16* src, int64_t n) override {
+    cuda::accumulate(cx_, dev(dst), dev(src), n);
+  }
+
+  void rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS, float base) override {
+    cuda::rope_forward(cx_, dev(out), dev(qkv), B, T, NH, HS, base);
+  }
+  void rope_backward(bf16* dqkv, const bf16* dout, int B, int T, int NH, int HS,
+                     float base) override {
+    cuda::rope_backward(cx_, dev(dqkv), dev(dout), B, T, NH, HS, base);
+  }
+
+  void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                         bool causal, int B, int T, int NH, int HS) override {
+    cuda::attention_forward(cx_, dev(out), lse, dev(qkv), key_mask, causal, B, T, NH, HS);
+  }
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                          const float* lse, const int32_t* key_mask, bool causal, int B, int T,
+                          int NH, int HS) override {
+    cuda::attention_backward(cx_, dev(dqkv), dev(dout), dev(out), dev(qkv), lse, key_mask, causal,
+                             B, T, NH, HS);
+  }
+
+  void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
+                             int V, int Vp) override {
+    cuda::cross_entropy_forward(cx_, losses, dev(logits), targets, N, V, Vp);
+  }
+  void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
+                              int V, int Vp, float dloss) override {
+    cuda::cross_entropy_backward(cx_, dev(dlogits), dev(logits), targets, N, V, Vp, dloss);
+  }
+
+  // The two reads of a training step (the loss and the gradient norm): the host waits here.
+  double sum(const float* x, int64_t n) override {
+    cuda::sum(cx_, result_, x, n);
+    return read_result();
+  }
+  double sum_squares(const bf16* x, int64_t n) override {
+    cuda::sum_squares(cx_, result_, dev(x), n);
+    return read_result();
+  }
+  void scale(bf16* x, float factor, int64_t n) override { cuda::scale(cx_, dev(x), factor, n); }
+
+  // The step is queued; its EDQ sums land in a device slot of their own and reach step.edq at
+  // the next synchronize().
+  void optimizer_step(const OptimizerStep& step) override {
+    double* slot = nullptr;
+    if (step.edq) {
+      constexpr size_t kSlotBytes = 4 * sizeof(double);
+      if ((pending_edq_.size() + 1) * kSlotBytes > edq_slots_.bytes) {
+        synchronize();  // hands back what is pending, so the slots can move
+        grow(cx_, edq_slots_, std::max<size_t>(2 * edq_slots_.bytes, 64 * kSlotBytes));
+      }
+      if (pending_edq_.empty()) fill_bytes(cx_, edq_slots_.data, 0, edq_slots_.bytes);
+      slot = static_cast<double*>(edq_slots_.data) + 4 * pending_edq_.size();
+      pending_edq_.push_back(step.edq);
+    }
+    cuda::optimizer_step(cx_, step, slot);
+  }
+
+ private:
+  double read_result() {
+    double value = 0;
+    download(cx_, &value, result_, sizeof value);
+    return value;
+  }
+
+  std::string name_;
+  CudaContext cx_;
+  double* result_ = nullptr;           // device: sum() and sum_squares() land here
+  DeviceBuffer edq_slots_;             // device: 4 doubles per pending optimizer step
+  std::vector<EdqSums*> pending_edq_;  // where each slot goes at synchronize()
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int device) {
+  return std::make_unique<CudaBackend>(name, device);
+}
+
+COLLAGE_CUDA_VARIANT_END
+}  // namespace collage::cuda

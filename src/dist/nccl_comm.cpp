@@ -1,0 +1,110 @@
+// NcclComm: one NCCL communicator over a group of ranks (nccl_comm.h).
+#include "dist/nccl_comm.h"
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+
+namespace collage {
+namespace {
+
+void check(ncclResult_t status, const char* what) {
+  if (status != ncclSuccess) fail("NCCL: {} failed: {}", what, ncclGetErrorString(status));
+}
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("NCCL Comm: {} failed: {}", what, cudaGetErrorString(status));
+}
+void check_mpi(int status, const char* what) {
+  if (status != MPI_SUCCESS) fail("MPI: {} failed with error {}", what, status);
+}
+
+class NcclComm final : public Comm {
+ public:
+  // Collective over the ranks of `group` (an MPI communicator with the same members).
+  NcclComm(MPI_Comm group, cudaStream_t stream) : stream_(stream) {
+    check_mpi(MPI_Comm_rank(group, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(group, &size_), "MPI_Comm_size");
+    ncclUniqueId id{};
+    if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    check_mpi(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group), "MPI_Bcast of the NCCL unique id");
+    check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    check(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc");
+  }
+  ~NcclComm() override {
+    cudaFree(barrier_word_);
+    ncclCommDestroy(comm_);
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  // In place, on device buffers. bf16 sums as NCCL sums bf16 (ring order).
+  void all_reduce_sum(float* data, int64_t n) override { all_reduce(data, n, ncclFloat32); }
+  void all_reduce_sum(double* data, int64_t n) override { all_reduce(data, n, ncclFloat64); }
+  void all_reduce_sum(bf16* data, int64_t n) override { all_reduce(data, n, ncclBfloat16); }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    check(ncclBroadcast(data, data, size_t(bytes), ncclUint8, root, comm_, stream_),
+          "ncclBroadcast");
+  }
+  // Every rank's stream reaches this point: a one-element all-reduce, then wait for it.
+  void barrier() override {
+    all_reduce(barrier_word_, 1, ncclFloat32);
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  // ZeRO-1's pair: each rank gets the sum of its 1/size slice, and the
+  // slices are gathered back. recv_count elements per rank.
+  void reduce_scatter_sum(const bf16* send, bf16* receive, int64_t recv_count) {
+    check(
+        ncclReduceScatter(send, receive, size_t(recv_count), ncclBfloat16, ncclSum, comm_, stream_),
+        "ncclReduceScatter");
+  }
+  void all_gather(const void* send, void* receive, int64_t bytes_per_rank) {
+    check(ncclAllGather(send, receive, size_t(bytes_per_rank), ncclUint8, comm_, stream_),
+          "ncclAllGather");
+  }
+
+ private:
+  void all_reduce(void* data, int64_t n, ncclDataType_t type) {
+    check(ncclAllReduce(data, data, size_t(n), type, ncclSum, comm_, stream_), "ncclAllReduce");
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_;
+  int rank_ = 0, size_ = 1;
+  float* barrier_word_ = nullptr;
+};
+
+}  // namespace
+
+NcclComms make_nccl_comms(int tensor_parallel, cudaStream_t stream) {
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  COLLAGE_CHECK(initialized, "NCCL Comm: MPI must be initialised first (launch with mpirun)");
+  int world_rank = 0, world_size = 1;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size");
+  COLLAGE_CHECK(tensor_parallel >= 1 && world_size % tensor_parallel == 0,
+                "parallel.tensor_parallel: {} does not divide the {} ranks of the job",
+                tensor_parallel, world_size);
+  // TP inner: tensor-parallel group = world_rank / tp, data-parallel group = world_rank % tp.
+  MPI_Comm tp_group, dp_group;
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank / tensor_parallel, world_rank, &tp_group),
+            "MPI_Comm_split (tensor parallel)");
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank % tensor_parallel, world_rank, &dp_group),
+            "MPI_Comm_split (data parallel)");
+  NcclComms comms;
+  comms.world = std::make_unique<NcclComm>(MPI_COMM_WORLD, stream);
+  comms.tensor_parallel = std::make_unique<NcclComm>(tp_group, stream);
+  comms.data_parallel = std::make_unique<NcclComm>(dp_group, stream);
+  MPI_Comm_free(&tp_group);
+  MPI_Comm_free(&dp_group);
+  return comms;
+}
+
+}  // namespace collage
