@@ -1,14 +1,19 @@
-// `collage plan CONFIG.yaml [--set ...] [--tensor-parallel N] [--data-parallel N] [--memory SIZE]`
+// `collage plan CONFIG.yaml [--set ...] [--tensor-parallel N] [--data-parallel N] [--memory SIZE]
+//  [--kernels]`
 // The per-rank memory of a config, computed from the same plans the trainer allocates by,
-// without allocating anything: any model size can be planned on a laptop.
+// without allocating anything: any model size can be planned on a laptop. --kernels adds the
+// bytes, FLOPs and lower-bound GPU times of every kernel of one step (train/kernel_costs.h).
 #include <fmt/format.h>
 
 #include <iostream>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "config/config.h"
+#include "core/error.h"
 #include "model/gpt.h"
 #include "optim/memory_report.h"
+#include "train/kernel_costs.h"
 #include "train/memory_plan.h"
 
 namespace collage {
@@ -20,6 +25,7 @@ struct PlanOptions {
   int tensor_parallel = 0;  // 0: the config's parallel.tensor_parallel
   int data_parallel = 1;
   std::string memory;  // "": no fit search
+  bool kernels = false;
 };
 
 int64_t parameter_count(const ModelConfig& model, int tp) {
@@ -38,6 +44,12 @@ std::string plan(const PlanOptions& o) {
   validate_config(config, origin, o.data_parallel);  // heads and ffn must split, batch divide
   const int tp = config.parallel.tensor_parallel, dp = o.data_parallel;
   const ModelConfig& m = config.model;
+  // The GPT runs tensor-parallel 1 only so far (src/model/gpt.cpp), so a tp > 1 kernel list
+  // would describe code that does not exist yet.
+  COLLAGE_CHECK(!o.kernels || tp == 1,
+                "{}: --kernels models tensor-parallel 1 only (the GPT does not run tensor-parallel "
+                "yet); plan it without --tensor-parallel {} or without --kernels",
+                origin, tp);
 
   std::string out = fmt::format(
       "{}: GPT n_layer {}, hidden {}, heads {}, ffn {}, vocab {} (padded to {}), {} positions, "
@@ -46,12 +58,15 @@ std::string plan(const PlanOptions& o) {
       m.position_embedding, m.tie_embeddings ? "tied" : "untied", config.data.seq_len);
   out += fmt::format("{} parameters ({:.2f} B); {} ranks = tensor-parallel {} x data-parallel {}\n",
                      parameter_count(m, 1), parameter_count(m, 1) / 1e9, tp * dp, tp, dp);
+  const BackendChoice backend = choose_backend(config.parallel.backend);
+  out += fmt::format("backend {} ({}); memory per {}\n", backend.name, backend.reason,
+                     backend.name == "cpu" ? "process" : "device");
   const MemoryReport report = plan_memory(config, tp, dp, config.training.micro_batch_size);
   out += "\n" + format_memory_report(report);
   out +=
       "\nActivations: the trainer's activation arena for one micro-batch (every layer's saved\n"
-      "activations and the backward's scratch, no recomputation); device workspaces (cuBLAS,\n"
-      "NCCL) come on top.\n";
+      "activations and the backward's scratch, no recomputation); on cuda, the cuBLASLt\n"
+      "workspace (32 MiB), NCCL's buffers and the kernels' scratch (a few MB) come on top.\n";
   if (dp > 1)
     out +=
         "Data-parallel > 1 assumes ZeRO-1 (optimizer state sharded over the data-parallel\n"
@@ -83,6 +98,21 @@ std::string plan(const PlanOptions& o) {
                          double(report.total_bytes()) <= budget ? "fits" : "does NOT fit",
                          format_bytes(double(report.total_bytes())));
     }
+  }
+  if (o.kernels) {
+    const int B = config.training.micro_batch_size, T = config.data.seq_len;
+    const int micro_batches = config.training.global_batch_size / (B * dp);
+    out += fmt::format(
+        "\nKernels of one training step at micro-batch {} x seq_len {} ({} tokens), {} "
+        "micro-batches per step (global batch {}{}), optimizer.precision {}:\n\n",
+        B, T, int64_t{B} * T, micro_batches, config.training.global_batch_size,
+        dp > 1 ? fmt::format(" over data-parallel {}; the optimizer over all parameters, the "
+                             "gradient all-reduce not counted",
+                             dp)
+               : "",
+        precision_name(config.optimizer.precision));
+    out += format_kernel_costs(kernel_costs(m, B, T, config.optimizer.precision), int64_t{B} * T,
+                               micro_batches, reference_gpus());
   }
   return out;
 }
@@ -119,6 +149,9 @@ void add_plan_command(CLI::App& root) {
                   "Memory of one device, e.g. 40GB, 80GB or 39.5GiB (KB/MB/GB/TB are powers of "
                   "10, KiB/MiB/GiB/TiB powers of 2): also print the largest micro-batch that "
                   "fits. Default: none (no fit search)");
+  cmd->add_flag("--kernels", options->kernels,
+                "Also print every kernel of one training step (tensor-parallel 1): calls, the "
+                "minimal bytes and the FLOPs, and lower-bound times on an A100 and an H100");
   cmd->callback([options] { std::cout << plan(*options); });
 }
 

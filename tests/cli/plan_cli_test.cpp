@@ -14,6 +14,7 @@
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "run_collage.h"
+#include "train/kernel_costs.h"
 #include "train/memory_plan.h"
 
 namespace collage {
@@ -143,6 +144,35 @@ TEST(PlanCli, PrintsTheBreakdownAndTheLargestMicroBatch) {
   EXPECT_NE(r.output.find("6658596864 parameters"), std::string::npos) << r.output;
 }
 
+// --kernels: the cost model's table for the config's micro-batch × seq_len after --set, with
+// the micro-batches per step from the global batch; tensor-parallel > 1 is refused.
+TEST(PlanCli, KernelsPrintsTheCostTableOfTheConfigsStep) {
+  const CommandResult r = run_collage(
+      "plan configs/gpt/125m.yaml --kernels --set training.micro_batch_size=4 --set "
+      "data.seq_len=1024 --set optimizer.precision=kahan");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Config c = load_config(std::string(COLLAGE_SOURCE_DIR) + "/configs/gpt/125m.yaml");
+  const std::string table =
+      format_kernel_costs(kernel_costs(c.model, 4, 1024, Precision::kahan), 4 * 1024,
+                          c.training.global_batch_size / 4, reference_gpus());
+  EXPECT_NE(r.output.find(table), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("micro-batch 4 x seq_len 1024 (4096 tokens), 256 micro-batches per "
+                          "step (global batch 1024), optimizer.precision kahan"),
+            std::string::npos)
+      << r.output;
+  // Without --kernels, no table.
+  const CommandResult plain = run_collage("plan configs/gpt/125m.yaml");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("| kernel |"), std::string::npos) << plain.output;
+
+  const CommandResult tp = run_collage("plan configs/gpt/1.3b.yaml --tensor-parallel 2 --kernels");
+  EXPECT_EQ(tp.exit_code, 1);
+  EXPECT_NE(tp.output.find("collage: error: configs/gpt/1.3b.yaml with --tensor-parallel 2: "
+                           "--kernels models tensor-parallel 1 only"),
+            std::string::npos)
+      << tp.output;
+}
+
 TEST(PlanCli, BadArgumentsAreClearErrors) {
   CommandResult r = run_collage("plan configs/gpt/6.7b.yaml --memory '40 parsecs'");
   EXPECT_EQ(r.exit_code, 1);
@@ -157,7 +187,7 @@ TEST(PlanCli, BadArgumentsAreClearErrors) {
   r = run_collage("plan --help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* option :
-       {"--set", "--tensor-parallel", "--data-parallel INT:POSITIVE=1", "--memory"})
+       {"--set", "--tensor-parallel", "--data-parallel INT:POSITIVE=1", "--memory", "--kernels"})
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   EXPECT_NE(r.output.find("Default: none"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Default: the config's parallel.tensor_parallel"), std::string::npos);
