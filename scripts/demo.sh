@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+if ! command -v nvcc >/dev/null && [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]]; then
+  export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"  # build the cuda backend too
+fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target collage
 exec ./build/collage train configs/demo/gpt-demo.yaml "$@"
