@@ -65,8 +65,7 @@ __device__ __forceinline__ void fold(float& max, float& sum, const float (&x)[n]
 // This is a stage of its own on purpose: a vocab-parallel (tensor-parallel) version runs it on
 // its shard of the columns, all-reduces the three values across the ranks (max; Σ exp rescaled
 // to the global max with combine(); the target logit summed, every rank but the owner giving
-// 0), and then runs the loss / gradient stage below with the global statistics
-// (docs/PARALLEL.md).
+// 0), and then runs the loss / gradient stage below with the global statistics.
 template <bool kVectorized>
 __device__ RowStatistics row_statistics(const bf16_t* x, int V, int target, float* shared) {
   float* warp_max = shared;                         // (warps)

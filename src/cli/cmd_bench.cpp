@@ -17,8 +17,10 @@ void add_bench_command(CLI::App& root) {
   auto* cmd = root.add_subcommand(
       "bench",
       "Time one training step of a config on synthetic tokens (no data needed): forward,\n"
-      "backward and optimizer ms, tokens/s and achieved matmul GFLOP/s, beside the same\n"
-      "step's matrix products run as plain fp32 sgemm on the same threads. The step uses\n"
+      "backward and optimizer ms, tokens/s and achieved matmul GFLOP/s on the backend of\n"
+      "parallel.backend (auto, cpu, cuda, cuda-emulated). On cpu, beside the same step's\n"
+      "matrix products run as plain fp32 sgemm on the same threads; on cuda and\n"
+      "cuda-emulated, with the kernel launches and host waits per step. The step uses\n"
       "training.micro_batch_size sequences of data.seq_len tokens. Example (GPT-2 124M):\n"
       "  collage bench configs/gpt/125m.yaml --set training.micro_batch_size=4 "
       "--set data.seq_len=64 --set parallel.threads=2");

@@ -17,7 +17,9 @@ void add_train_command(CLI::App& root) {
   auto options = std::make_shared<Options>();
   auto* cmd = root.add_subcommand(
       "train",
-      "Train a model from a YAML config.\n"
+      "Train a model from a YAML config, on the backend of parallel.backend: auto (cuda when\n"
+      "a GPU can be used, else cpu; the log says which and why), cpu, cuda, or cuda-emulated\n"
+      "(the CUDA kernels run on the CPU by the host SIMT emulator: slow, for checking them).\n"
       "Logs this rank's memory (parameters, gradients, optimizer state by component,\n"
       "activations, bytes/parameter) at the start, then a line per step (loss, lr, grad norm,\n"
       "EDQ ratio and share of lost updates, tokens/s, ms/step) to the console and\n"
