@@ -24,8 +24,12 @@ namespace {
 
 constexpr int kOptimizerThreads = 256;
 constexpr int kOptimizerWarps = kOptimizerThreads / kWarpSize;
-constexpr int64_t kMaxOptimizerBlocks = 4096;  // grid-stride beyond (derived from n only)
-constexpr int kEdqSums = 4;                    // Σ Δ·u, Σ u², #updated, #lost
+// Grid-stride beyond this many blocks (derived from n only): 1024 x 256 threads is about what
+// an A100 (108 SMs x 2048) or H100 (132 x 2048) keeps resident, enough for a streaming kernel,
+// and the emulator starts 4x fewer fibers than with 4096 blocks on large tensors (measured:
+// the emulated optimizer step over gpt-tiny's 3.3 M parameters, 829 -> 488 ms).
+constexpr int64_t kMaxOptimizerBlocks = 1024;
+constexpr int kEdqSums = 4;  // Σ Δ·u, Σ u², #updated, #lost
 
 // What the kernel needs of the step (device pointers and the step's scalars).
 struct StepArguments {
