@@ -1,11 +1,9 @@
 // gemm.h on a GPU with cuBLASLt: bf16 A, B, C, D; fp32 compute and scale (tensor cores, fp32
 // accumulation); the bias as an epilogue; beta = 1 to accumulate into D with one rounding.
 //
-// cuBLASLt is column-major and collage row-major. A row-major (r, c) matrix is the
-// column-major (c, r) matrix with the same leading dimension, so the row-major product
-// D = op(A)·op(B) is computed as the column-major Dᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's first
-// operand is our b, its second our a, and m = N, n = M. The bias, a vector over cuBLASLt's m
-// rows, is then per column of our D, as it should be.
+// cuBLASLt is column-major and collage row-major: gemm_layout.h maps one to the other (our b is
+// cuBLASLt's first operand, our a its second). The bias, a vector over cuBLASLt's m rows, is
+// then per column of our D, as it should be.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -14,6 +12,7 @@
 #include <tuple>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_layout.h"
 #include "core/error.h"
 
 namespace collage::cuda {
@@ -80,21 +79,26 @@ void destroy_gemm_engine(CudaContext&, GemmEngine* engine) {
 
 namespace {
 
-// A column-major (rows, cols) bf16 layout with leading dimension ld.
-cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld) {
+// A column-major bf16 layout of cuBLASLt.
+cublasLtMatrixLayout_t layout(const ColumnMajorOperand& operand) {
   cublasLtMatrixLayout_t out = nullptr;
-  check(cublasLtMatrixLayoutCreate(&out, CUDA_R_16BF, uint64_t(rows), uint64_t(cols), ld),
+  check(cublasLtMatrixLayoutCreate(&out, CUDA_R_16BF, uint64_t(operand.rows),
+                                   uint64_t(operand.cols), operand.ld),
         "cublasLtMatrixLayoutCreate");
   return out;
 }
 
+cublasOperation_t operation(const ColumnMajorOperand& operand) {
+  return operand.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
 Plan make_plan(GemmEngine& engine, const GemmCall& g) {
+  const ColumnMajorGemm problem = column_major(g);
   Plan plan;
   check(cublasLtMatmulDescCreate(&plan.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
         "cublasLtMatmulDescCreate");
-  // cuBLASLt's first operand is our b (op = transpose_b), its second our a (op = transpose_a).
-  const cublasOperation_t first_op = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t second_op = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t first_op = operation(problem.first);
+  const cublasOperation_t second_op = operation(problem.second);
   check(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSA, &first_op,
                                        sizeof first_op),
         "set TRANSA");
@@ -111,10 +115,9 @@ Plan make_plan(GemmEngine& engine, const GemmCall& g) {
                                          &bias_type, sizeof bias_type),
           "set BIAS_DATA_TYPE");
   }
-  // Column-major shapes: first operand op(.) is (N, K), second (K, M), output (N, M).
-  plan.first = g.transpose_b ? layout(g.K, g.N, g.ldb) : layout(g.N, g.K, g.ldb);
-  plan.second = g.transpose_a ? layout(g.M, g.K, g.lda) : layout(g.K, g.M, g.lda);
-  plan.output = layout(g.N, g.M, g.ldd);
+  plan.first = layout(problem.first);
+  plan.second = layout(problem.second);
+  plan.output = layout(problem.output);
 
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
