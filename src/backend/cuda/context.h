@@ -56,6 +56,11 @@ struct CudaContext {
   size_t max_shared_bytes = 48 << 10;  // per block without an opt-in
   GemmEngine* gemm = nullptr;
   CudaScratch scratch;
+  // Pinned host memory the GPU build stages small uploads through (runtime_device.cpp), so
+  // that queuing the tokens does not wait for the stream; filled from the start after every
+  // synchronisation, when no queued copy can still be reading it.
+  char* staging = nullptr;
+  size_t staging_bytes = 0, staging_used = 0;
   int64_t launches = 0;          // kernels started (launch() in kernels/common.cuh counts)
   int64_t synchronizations = 0;  // host waits for the stream (runtime.h counts)
   // The (T, HS, base) whose rope table is in scratch.rope_table (built once per shape).

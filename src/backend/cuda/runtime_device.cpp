@@ -2,6 +2,9 @@
 // libcuda would stop the executable from starting on machines without a driver.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/runtime.h"
@@ -41,6 +44,9 @@ void close_context(CudaContext& cx) {
   }
   destroy_gemm_engine(cx, cx.gemm);
   cx.gemm = nullptr;
+  if (cx.staging) cudaFreeHost(cx.staging);
+  cx.staging = nullptr;
+  cx.staging_bytes = cx.staging_used = 0;
   cudaStreamDestroy(cx.stream);
   cx.stream = nullptr;
 }
@@ -57,15 +63,41 @@ void device_release(CudaContext& cx, void* pointer) {
   check(cudaFree(pointer), "cudaFree");
 }
 
+// Uploads up to this size go through pinned staging; larger ones (weights at the start or on
+// resume) copy straight from pageable memory, which waits for the stream first.
+constexpr size_t kStagedUploadLimit = size_t(16) << 20;
+
 void upload(CudaContext& cx, void* device_destination, const void* host_source, size_t bytes) {
-  // From pageable memory cudaMemcpyAsync returns once the source is staged, so the caller may
-  // reuse it. (A pinned staging buffer would let the copy overlap; uploads are a few KB of
-  // tokens per micro-batch.)
-  if (bytes) {
+  if (!bytes) return;
+  // From pageable memory, cudaMemcpyAsync waits for the stream before it copies: a host wait in
+  // every micro-batch (the tokens and targets), stalling the host until the previous backward
+  // has run. Copied first into pinned memory, the upload is queued like a kernel. The staging
+  // buffer fills up between synchronisations (every micro-batch reads its loss) and only then
+  // starts over, so no queued copy is still reading what is overwritten.
+  if (bytes > kStagedUploadLimit) {
     check(
         cudaMemcpyAsync(device_destination, host_source, bytes, cudaMemcpyHostToDevice, cx.stream),
         "upload", bytes);
+    return;
   }
+  const size_t offset = (cx.staging_used + 255) / 256 * 256;
+  if (offset + bytes > cx.staging_bytes) {
+    synchronize(cx);  // every staged copy has run: the buffer may move or start over
+    if (bytes > cx.staging_bytes) {
+      if (cx.staging) cudaFreeHost(cx.staging);
+      cx.staging = nullptr;
+      cx.staging_bytes = 0;
+      const size_t size = std::max(bytes, size_t(1) << 20);
+      check(cudaMallocHost(reinterpret_cast<void**>(&cx.staging), size), "cudaMallocHost", size);
+      cx.staging_bytes = size;
+    }
+    return upload(cx, device_destination, host_source, bytes);
+  }
+  std::memcpy(cx.staging + offset, host_source, bytes);
+  check(cudaMemcpyAsync(device_destination, cx.staging + offset, bytes, cudaMemcpyHostToDevice,
+                        cx.stream),
+        "upload", bytes);
+  cx.staging_used = offset + bytes;
 }
 
 void download(CudaContext& cx, void* host_destination, const void* device_source, size_t bytes) {
@@ -91,6 +123,7 @@ void fill_bytes(CudaContext& cx, void* destination, int byte, size_t bytes) {
 void synchronize(CudaContext& cx) {
   cx.synchronizations++;
   check(cudaStreamSynchronize(cx.stream), "a kernel or copy on the stream failed");
+  cx.staging_used = 0;  // no queued copy reads the staging buffer any more
 }
 
 COLLAGE_CUDA_VARIANT_END
