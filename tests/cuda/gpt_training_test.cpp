@@ -1,7 +1,7 @@
-// The whole training loop on the cuda backend under emulation against the cpu backend: the
-// same tiny GPT, data, init and schedule, 24 optimizer steps of 2 micro-batches each, for
-// learned and rotary positions, tied and untied heads. The step's losses, gradient norms and
-// EDQ must follow the cpu's.
+// The whole training loop on the cuda backend under emulation (and on a real GPU where there is
+// one) against the cpu backend: the same tiny GPT, data, init and schedule, 24 optimizer steps
+// of 2 micro-batches each, for learned and rotary positions, tied and untied heads. The step's
+// losses, gradient norms and EDQ must follow the cpu's.
 //
 // Why they are not bit-identical: the GEMMs, attention and the layernorm/cross-entropy
 // statistics sum in a different order on the two backends, so a bf16 activation now and then
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../train/tiny_run.h"
+#include "backend/backend.h"
 #include "train/trainer.h"
 
 namespace collage {
@@ -28,9 +29,22 @@ struct Variant {
   bool tie_embeddings;
 };
 
-class CudaTrainingTest : public TrainerTest, public ::testing::WithParamInterface<Variant> {};
+class CudaTrainingTest : public TrainerTest, public ::testing::WithParamInterface<Variant> {
+ protected:
+  // The run on `backend` against the cpu run, as described at the top of this file.
+  void expect_run_follows_cpu(const std::string& backend);
+};
 
-TEST_P(CudaTrainingTest, EmulatedRunFollowsTheCpuRun) {
+TEST_P(CudaTrainingTest, EmulatedRunFollowsTheCpuRun) { expect_run_follows_cpu("cuda-emulated"); }
+
+// The same comparison on a real GPU: skipped on machines without one (every machine of this
+// project), it is what `scripts/test.sh` checks first on a GPU node.
+TEST_P(CudaTrainingTest, DeviceRunFollowsTheCpuRun) {
+  if (choose_backend("auto").name != "cuda") GTEST_SKIP() << "no usable GPU";
+  expect_run_follows_cpu("cuda");
+}
+
+void CudaTrainingTest::expect_run_follows_cpu(const std::string& backend) {
   const Variant v = GetParam();
   const std::vector<std::string> common = {
       std::string("model.position_embedding=") + v.position_embedding,
@@ -41,14 +55,14 @@ TEST_P(CudaTrainingTest, EmulatedRunFollowsTheCpuRun) {
       "training.eval_interval=12",
       "checkpoint.interval=0",
       "logging.edq_groups=false"};
-  auto with = [&](const char* backend) {
+  auto with = [&](const std::string& name) {
     std::vector<std::string> overrides = common;
-    overrides.push_back(std::string("parallel.backend=") + backend);
+    overrides.push_back("parallel.backend=" + name);
     return overrides;
   };
   train(tiny_config("cpu", with("cpu")), {});
-  train(tiny_config("emulated", with("cuda-emulated")), {});
-  const auto cpu = metrics("cpu"), emulated = metrics("emulated");
+  train(tiny_config(backend, with(backend)), {});
+  const auto cpu = metrics("cpu"), emulated = metrics(backend);
   ASSERT_EQ(cpu.size(), emulated.size());
   ASSERT_EQ(cpu.size(), 25u);  // step 0 (validation) and 24 steps
 
@@ -71,8 +85,8 @@ TEST_P(CudaTrainingTest, EmulatedRunFollowsTheCpuRun) {
   }
   // The run must have learned something, or agreement would mean little.
   EXPECT_LT(cpu.back()["loss"].get<double>(), 0.9 * cpu[1]["loss"].get<double>());
-  std::printf("[ %s ] worst relative loss diff %.2e, grad norm %.2e, |edq_ratio diff| %.2e\n",
-              v.name, worst_loss, worst_norm, worst_edq);
+  std::printf("[ %s on %s ] worst relative loss diff %.2e, grad norm %.2e, |edq_ratio diff| %.2e\n",
+              v.name, backend.c_str(), worst_loss, worst_norm, worst_edq);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpt, CudaTrainingTest,
