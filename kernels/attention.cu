@@ -101,6 +101,24 @@ size_t backward_key_shared_bytes(int HS, int warps) {
          + 2 * size_t(warps) * kTile * sizeof(float);          // P, dS
 }
 
+// Where one (batch b, head h) lives: its q, k, v rows (T, HS) at row stride 3C in qkv (B, T, 3C)
+// and its rows of out/dout (T, HS) at row stride C; offset is q's offset in qkv (also dqkv's).
+struct HeadSlices {
+  int64_t C, row_stride, offset;
+  const bf16_t *q, *k, *v;
+};
+__device__ __forceinline__ HeadSlices head_slices(const bf16_t* qkv, int b, int h, int T, int NH,
+                                                  int HS) {
+  HeadSlices s;
+  s.C = int64_t(NH) * HS;
+  s.row_stride = 3 * s.C;
+  s.offset = int64_t(b) * T * s.row_stride + int64_t(h) * HS;
+  s.q = qkv + s.offset;
+  s.k = s.q + s.C;
+  s.v = s.q + 2 * s.C;
+  return s;
+}
+
 // out (B, T, C), lse (B, NH, T). Block (row block, h, b), warp w: query row
 // i = blockIdx.x·warps + w (the last block's spare warps only help stage tiles).
 template <int kDims>
@@ -112,10 +130,9 @@ __global__ void attention_forward_kernel(bf16_t* out, float* lse, const bf16_t* 
   const int h = blockIdx.y, b = blockIdx.z;
   const int row0 = blockIdx.x * warps, i = row0 + warp;
   const bool active = i < T;
-  const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;
-  const bf16_t* q_head = qkv + int64_t(b) * T * row_stride + int64_t(h) * HS;  // (T, HS)
-  const bf16_t* k_head = q_head + C;
-  const bf16_t* v_head = q_head + 2 * C;
+  const HeadSlices head = head_slices(qkv, b, h, T, NH, HS);
+  const int64_t C = head.C, row_stride = head.row_stride;
+  const bf16_t *q_head = head.q, *k_head = head.k, *v_head = head.v;
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
 
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
@@ -188,11 +205,9 @@ __global__ void attention_backward_query_kernel(bf16_t* dqkv, float* delta, cons
   const int h = blockIdx.y, b = blockIdx.z;
   const int row0 = blockIdx.x * warps, i = row0 + warp;
   const bool active = i < T;
-  const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;
-  const int64_t head_offset = int64_t(b) * T * row_stride + int64_t(h) * HS;
-  const bf16_t* q_head = qkv + head_offset;  // (T, HS), row stride 3C
-  const bf16_t* k_head = q_head + C;
-  const bf16_t* v_head = q_head + 2 * C;
+  const HeadSlices head = head_slices(qkv, b, h, T, NH, HS);
+  const int64_t C = head.C, row_stride = head.row_stride, head_offset = head.offset;
+  const bf16_t *q_head = head.q, *k_head = head.k, *v_head = head.v;
   const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * HS;  // (T, HS), stride C
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
   const int64_t stat = (int64_t(b) * NH + h) * T + i;  // index into lse, delta
@@ -290,11 +305,9 @@ __global__ void attention_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, 
   const int h = blockIdx.y, b = blockIdx.z;
   const int key0 = blockIdx.x * warps, j = key0 + warp;
   const bool active = j < T;
-  const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;
-  const int64_t head_offset = int64_t(b) * T * row_stride + int64_t(h) * HS;
-  const bf16_t* q_head = qkv + head_offset;  // (T, HS), row stride 3C
-  const bf16_t* k_head = q_head + C;
-  const bf16_t* v_head = q_head + 2 * C;
+  const HeadSlices head = head_slices(qkv, b, h, T, NH, HS);
+  const int64_t C = head.C, row_stride = head.row_stride, head_offset = head.offset;
+  const bf16_t *q_head = head.q, *k_head = head.k, *v_head = head.v;
   const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * HS;  // (T, HS), stride C
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;                // (T)
   const float* delta_head = delta + (int64_t(b) * NH + h) * T;            // (T)
