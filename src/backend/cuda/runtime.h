@@ -17,6 +17,8 @@ void close_context(CudaContext& cx);
 
 // Device memory, 256-byte aligned; contents undefined (the backend zero-fills arenas).
 void* device_allocate(CudaContext& cx, size_t bytes);
+// Waits for queued work (which may still use the memory), then frees it. Never throws: it runs
+// in destructors; a fault of earlier work surfaces at the next synchronize().
 void device_release(CudaContext& cx, void* pointer);
 
 // Host -> device in stream order; `host_source` may be reused as soon as this returns.

@@ -41,10 +41,8 @@ void* device_allocate(CudaContext&, size_t bytes) {
   return pointer;
 }
 
-void device_release(CudaContext& cx, void* pointer) {
-  if (!pointer) return;
-  synchronize(cx);  // queued work may still use it (cudaFree also waits)
-  simt::device_free(pointer);
+void device_release(CudaContext&, void* pointer) {
+  simt::device_free(pointer);  // runs what is queued first, as cudaFree waits for the device
 }
 
 void upload(CudaContext& cx, void* device_destination, const void* host_source, size_t bytes) {
