@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/trainer.h"
 
 namespace collage {
 namespace {
@@ -77,6 +78,7 @@ double time_sgemm(const std::vector<Gemm>& gemms, int repeats, int threads) {
 
 BenchResult run_bench(const Config& config, const BenchOptions& options) {
   const int B = config.training.micro_batch_size, T = config.data.seq_len;
+  check_trainable_layout(config);
   const BackendChoice choice = choose_backend(config.parallel.backend);
   auto backend = make_backend(choice.name, config.parallel.threads);
   GPT model(config.model, *backend, B, T);

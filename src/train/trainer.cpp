@@ -127,6 +127,15 @@ std::string edq_summary(const EdqFigures& f) {
 
 }  // namespace
 
+void check_trainable_layout(const Config& config) {
+  // Tensor parallelism is planned for (parameter shards, `collage plan --tensor-parallel`) but
+  // not trained yet: refuse rather than silently train at 1.
+  COLLAGE_CHECK(config.parallel.tensor_parallel == 1,
+                "parallel.tensor_parallel: {}: tensor-parallel training is not available yet; "
+                "train with 1 (collage plan --tensor-parallel {} shows the memory it will need)",
+                config.parallel.tensor_parallel, config.parallel.tensor_parallel);
+}
+
 TrainResult train(const Config& config, const TrainOptions& options) {
   setup_logging(config);
   spdlog::info("collage train: resolved config\n{}", config_to_yaml(config));
@@ -134,6 +143,7 @@ TrainResult train(const Config& config, const TrainOptions& options) {
 
   Run run(config);
   run.comm = make_single_comm();
+  check_trainable_layout(config);
   const BackendChoice backend = choose_backend(config.parallel.backend);
   run.backend = make_backend(backend.name, config.parallel.threads);
   spdlog::info("backend: {} ({})", run.backend->name(), backend.reason);

@@ -23,6 +23,10 @@ struct TrainResult {
   std::string last_checkpoint;
 };
 
+// Throws Error when the config asks for a layout the trainer cannot run yet (tensor
+// parallelism > 1), instead of training something else than asked for.
+void check_trainable_layout(const Config& config);
+
 TrainResult train(const Config& config, const TrainOptions& options);
 
 }  // namespace collage

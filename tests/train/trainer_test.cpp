@@ -150,5 +150,18 @@ TEST_F(TrainerTest, MissingDatasetIsAClearError) {
   }
 }
 
+// Tensor parallelism is not trained yet: a config asking for it is refused, naming the key,
+// rather than silently trained at tensor-parallel 1.
+TEST_F(TrainerTest, TensorParallelConfigIsRefusedNotTrainedAtOne) {
+  try {
+    train(tiny_config("run", {"parallel.tensor_parallel=2"}), {});
+    FAIL() << "tensor_parallel 2 was trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.tensor_parallel: 2"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "metrics.jsonl"));
+}
+
 }  // namespace
 }  // namespace collage
