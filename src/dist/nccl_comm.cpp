@@ -43,35 +43,52 @@ class NcclComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  // In place, on device buffers. bf16 sums as NCCL sums bf16 (ring order).
-  void all_reduce_sum(float* data, int64_t n) override { all_reduce(data, n, ncclFloat32); }
-  void all_reduce_sum(double* data, int64_t n) override { all_reduce(data, n, ncclFloat64); }
-  void all_reduce_sum(bf16* data, int64_t n) override { all_reduce(data, n, ncclBfloat16); }
+  // In place, on device buffers. bf16 sums as NCCL sums bf16: each hop of the ring adds in
+  // fp32 and rounds to bf16, so this is the one Comm whose bf16 sums may round more than once
+  // (src/dist/comm.h); a single rounding needs a device widen/round pass first.
+  void all_reduce_sum(float* data, int64_t n) override {
+    all_reduce(data, n, ncclFloat32, ncclSum);
+  }
+  void all_reduce_sum(double* data, int64_t n) override {
+    all_reduce(data, n, ncclFloat64, ncclSum);
+  }
+  void all_reduce_sum(bf16* data, int64_t n) override {
+    all_reduce(data, n, ncclBfloat16, ncclSum);
+  }
+  void all_reduce_max(float* data, int64_t n) override {
+    all_reduce(data, n, ncclFloat32, ncclMax);
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     check(ncclBroadcast(data, data, size_t(bytes), ncclUint8, root, comm_, stream_),
           "ncclBroadcast");
   }
   // Every rank's stream reaches this point: a one-element all-reduce, then wait for it.
   void barrier() override {
-    all_reduce(barrier_word_, 1, ncclFloat32);
+    all_reduce(barrier_word_, 1, ncclFloat32, ncclSum);
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
   // ZeRO-1's pair: each rank gets the sum of its 1/size slice, and the
-  // slices are gathered back. recv_count elements per rank.
-  void reduce_scatter_sum(const bf16* send, bf16* receive, int64_t recv_count) {
-    check(
-        ncclReduceScatter(send, receive, size_t(recv_count), ncclBfloat16, ncclSum, comm_, stream_),
-        "ncclReduceScatter");
+  // slices are gathered back. count_per_rank elements per rank.
+  void reduce_scatter_sum(const float* send, float* receive, int64_t count_per_rank) override {
+    reduce_scatter(send, receive, count_per_rank, ncclFloat32);
   }
-  void all_gather(const void* send, void* receive, int64_t bytes_per_rank) {
+  void reduce_scatter_sum(const bf16* send, bf16* receive, int64_t count_per_rank) override {
+    reduce_scatter(send, receive, count_per_rank, ncclBfloat16);
+  }
+  void all_gather(const void* send, void* receive, int64_t bytes_per_rank) override {
     check(ncclAllGather(send, receive, size_t(bytes_per_rank), ncclUint8, comm_, stream_),
           "ncclAllGather");
   }
 
  private:
-  void all_reduce(void* data, int64_t n, ncclDataType_t type) {
-    check(ncclAllReduce(data, data, size_t(n), type, ncclSum, comm_, stream_), "ncclAllReduce");
+  void all_reduce(void* data, int64_t n, ncclDataType_t type, ncclRedOp_t op) {
+    check(ncclAllReduce(data, data, size_t(n), type, op, comm_, stream_), "ncclAllReduce");
+  }
+  void reduce_scatter(const void* send, void* receive, int64_t count_per_rank,
+                      ncclDataType_t type) {
+    check(ncclReduceScatter(send, receive, size_t(count_per_rank), type, ncclSum, comm_, stream_),
+          "ncclReduceScatter");
   }
 
   ncclComm_t comm_ = nullptr;

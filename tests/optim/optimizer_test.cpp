@@ -104,6 +104,10 @@ class ScalingComm final : public Comm {
   }
   void all_reduce_sum(float*, int64_t) override { FAIL() << "EDQ sums are doubles"; }
   void all_reduce_sum(bf16*, int64_t) override { FAIL() << "EDQ sums are doubles"; }
+  void all_reduce_max(float*, int64_t) override { FAIL() << "EDQ needs no max"; }
+  void reduce_scatter_sum(const float*, float*, int64_t) override { FAIL() << "not a sum"; }
+  void reduce_scatter_sum(const bf16*, bf16*, int64_t) override { FAIL() << "not a sum"; }
+  void all_gather(const void*, void*, int64_t) override { FAIL() << "not a gather"; }
   void broadcast(void*, int64_t, int) override {}
   void barrier() override {}
 

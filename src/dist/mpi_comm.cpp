@@ -1,0 +1,160 @@
+// MpiComm: one MPI communicator, host buffers (mpi_comm.h; semantics in src/dist/comm.h).
+#include "dist/mpi_comm.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace collage {
+namespace {
+
+void check_mpi(int status, const char* what) {
+  if (status != MPI_SUCCESS) {
+    char message[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(status, message, &length);
+    fail("MPI: {} failed: {}", what, std::string(message, size_t(length)));
+  }
+}
+
+// MPI counts are int: larger buffers would need derived types, which nothing here needs yet.
+int mpi_count(int64_t n, const char* what) {
+  COLLAGE_CHECK(n >= 0 && n <= INT_MAX, "MPI Comm: {}: count {} is outside [0, {}]", what, n,
+                INT_MAX);
+  return int(n);
+}
+
+class MpiComm final : public Comm {
+ public:
+  // Takes ownership of `group`, freed on destruction (destroy every MpiComm before
+  // MPI_Finalize; after it, the communicator is left to MPI).
+  explicit MpiComm(MPI_Comm group) : group_(group) {
+    check_mpi(MPI_Comm_rank(group_, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(group_, &size_), "MPI_Comm_size");
+  }
+  ~MpiComm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&group_);
+  }
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    all_reduce(data, n, MPI_FLOAT, MPI_SUM, "MPI_Allreduce (float sum)");
+  }
+  void all_reduce_sum(double* data, int64_t n) override {
+    all_reduce(data, n, MPI_DOUBLE, MPI_SUM, "MPI_Allreduce (double sum)");
+  }
+  // fp32 over the ranks, one rounding (comm.h): widening is exact, MPI sums the fp32 copies.
+  void all_reduce_sum(bf16* data, int64_t n) override {
+    widened_.resize(size_t(n));
+    bf16_to_float_array(data, widened_.data(), n);
+    all_reduce(widened_.data(), n, MPI_FLOAT, MPI_SUM, "MPI_Allreduce (bf16 sum in fp32)");
+    float_to_bf16_array(widened_.data(), data, n);
+  }
+  void all_reduce_max(float* data, int64_t n) override {
+    all_reduce(data, n, MPI_FLOAT, MPI_MAX, "MPI_Allreduce (float max)");
+  }
+
+  void reduce_scatter_sum(const float* send, float* receive, int64_t count_per_rank) override {
+    check_mpi(
+        MPI_Reduce_scatter_block(send, receive, mpi_count(count_per_rank, "reduce_scatter_sum"),
+                                 MPI_FLOAT, MPI_SUM, group_),
+        "MPI_Reduce_scatter_block (float sum)");
+  }
+  void reduce_scatter_sum(const bf16* send, bf16* receive, int64_t count_per_rank) override {
+    const int count = mpi_count(count_per_rank, "reduce_scatter_sum");
+    const int64_t total = count_per_rank * size_;
+    widened_.resize(size_t(total + count_per_rank));
+    float* widened_send = widened_.data();
+    float* widened_receive = widened_.data() + total;
+    bf16_to_float_array(send, widened_send, total);
+    check_mpi(
+        MPI_Reduce_scatter_block(widened_send, widened_receive, count, MPI_FLOAT, MPI_SUM, group_),
+        "MPI_Reduce_scatter_block (bf16 sum in fp32)");
+    float_to_bf16_array(widened_receive, receive, count_per_rank);
+  }
+
+  void all_gather(const void* send, void* receive, int64_t bytes_per_rank) override {
+    const int bytes = mpi_count(bytes_per_rank, "all_gather");
+    check_mpi(MPI_Allgather(send, bytes, MPI_BYTE, receive, bytes, MPI_BYTE, group_),
+              "MPI_Allgather");
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    COLLAGE_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of a {}-rank group",
+                  root, size_);
+    check_mpi(MPI_Bcast(data, mpi_count(bytes, "broadcast"), MPI_BYTE, root, group_), "MPI_Bcast");
+  }
+  void barrier() override { check_mpi(MPI_Barrier(group_), "MPI_Barrier"); }
+
+ private:
+  void all_reduce(void* data, int64_t n, MPI_Datatype type, MPI_Op op, const char* what) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n, what), type, op, group_), what);
+  }
+
+  MPI_Comm group_;
+  int rank_ = 0, size_ = 1;
+  std::vector<float> widened_;  // fp32 copies of bf16 buffers, reused across calls
+};
+
+}  // namespace
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+MpiSession::MpiSession() {
+  if (!launched_by_mpirun()) return;
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized) return;  // someone else owns MPI's lifetime
+  int provided = 0;
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
+    fail("MPI: the library gives thread level {}, the trainer needs MPI_THREAD_FUNNELED", provided);
+  }
+  active_ = true;
+}
+
+MpiSession::~MpiSession() {
+  if (active_) MPI_Finalize();
+}
+
+CommGroups make_mpi_comm_groups(int tensor_parallel) {
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  COLLAGE_CHECK(initialized, "MPI Comm: MPI must be initialised first (launch with mpirun)");
+  int world_rank = 0, world_size = 1;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size");
+  COLLAGE_CHECK(tensor_parallel >= 1 && world_size % tensor_parallel == 0,
+                "parallel.tensor_parallel: {} does not divide the {} ranks of the job",
+                tensor_parallel, world_size);
+  // TP inner (docs/ARCHITECTURE.md, "Rank layout"); key = world rank keeps world order.
+  MPI_Comm world, tp_group, dp_group;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank / tensor_parallel, world_rank, &tp_group),
+            "MPI_Comm_split (tensor parallel)");
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank % tensor_parallel, world_rank, &dp_group),
+            "MPI_Comm_split (data parallel)");
+  CommGroups groups;
+  groups.world = std::make_unique<MpiComm>(world);
+  groups.tensor_parallel = std::make_unique<MpiComm>(tp_group);
+  groups.data_parallel = std::make_unique<MpiComm>(dp_group);
+  return groups;
+}
+
+}  // namespace collage

@@ -1,0 +1,39 @@
+#pragma once
+// The MPI Comm: collectives over an MPI communicator, on host buffers (semantics:
+// src/dist/comm.h; rank layout: docs/ARCHITECTURE.md, "Rank layout").
+#include <memory>
+
+#include "dist/comm.h"
+
+namespace collage {
+
+// True when this process was started by mpirun/mpiexec (Open MPI, PMI or PMIx put the job
+// size or rank in the environment). A single-process run never initialises MPI.
+bool launched_by_mpirun();
+
+// MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI) on construction and
+// MPI_Finalize on destruction, when launched_by_mpirun(); otherwise does nothing, and
+// active() is false.
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  bool active() const { return active_; }
+
+ private:
+  bool active_ = false;
+};
+
+struct CommGroups {
+  std::unique_ptr<Comm> world, tensor_parallel, data_parallel;
+};
+
+// Every rank of MPI_COMM_WORLD calls this with the same tensor_parallel, after MPI is
+// initialised. TP inner: ranks [d·tp, d·tp + tp) form tensor-parallel group d, ranks with the
+// same rank mod tp form a data-parallel group; ranks within a group are ordered by world rank.
+// Fails (collage::Error naming parallel.tensor_parallel) when tp does not divide the ranks.
+CommGroups make_mpi_comm_groups(int tensor_parallel);
+
+}  // namespace collage
