@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -113,6 +114,13 @@ bool launched_by_mpirun() {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;
+}
+
+int launched_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return 1;
 }
 
 MpiSession::MpiSession() {

@@ -10,6 +10,9 @@ namespace collage {
 // True when this process was started by mpirun/mpiexec (Open MPI, PMI or PMIx put the job
 // size or rank in the environment). A single-process run never initialises MPI.
 bool launched_by_mpirun();
+// How many ranks the launcher started (OMPI_COMM_WORLD_SIZE or PMI_SIZE), without initialising
+// MPI; 1 when not launched by mpirun.
+int launched_world_size();
 
 // MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI) on construction and
 // MPI_Finalize on destruction, when launched_by_mpirun(); otherwise does nothing, and

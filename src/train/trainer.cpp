@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/mpi_comm.h"
 #include "model/gpt.h"
 #include "optim/edq.h"
 #include "optim/lr_schedule.h"
@@ -134,6 +135,12 @@ void check_trainable_layout(const Config& config) {
                 "parallel.tensor_parallel: {}: tensor-parallel training is not available yet; "
                 "train with 1 (collage plan --tensor-parallel {} shows the memory it will need)",
                 config.parallel.tensor_parallel, config.parallel.tensor_parallel);
+  // Several ranks would each train the whole model on the same data into the same directory.
+  const int ranks = launched_world_size();
+  COLLAGE_CHECK(ranks == 1,
+                "collage was started as {} ranks (mpirun -np {}): multi-rank (data- and "
+                "tensor-parallel) training is not available yet; start one process",
+                ranks, ranks);
 }
 
 TrainResult train(const Config& config, const TrainOptions& options) {

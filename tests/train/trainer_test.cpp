@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "core/error.h"
@@ -160,6 +161,20 @@ TEST_F(TrainerTest, TensorParallelConfigIsRefusedNotTrainedAtOne) {
     EXPECT_NE(std::string(e.what()).find("parallel.tensor_parallel: 2"), std::string::npos)
         << e.what();
   }
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "metrics.jsonl"));
+}
+
+// Started as several ranks (mpirun sets OMPI_COMM_WORLD_SIZE), each would train the whole model
+// on the same data into the same directory: refused until data/tensor parallelism exist.
+TEST_F(TrainerTest, MultiRankLaunchIsRefused) {
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  try {
+    train(tiny_config("run"), {});
+    ADD_FAILURE() << "two ranks trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("started as 2 ranks"), std::string::npos) << e.what();
+  }
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
   EXPECT_FALSE(fs::exists(dir_ / "run" / "metrics.jsonl"));
 }
 
