@@ -12,7 +12,6 @@
 #include "core/error.h"
 
 namespace collage {
-namespace {
 
 void check_mpi(int status, const char* what) {
   if (status != MPI_SUCCESS) {
@@ -22,6 +21,8 @@ void check_mpi(int status, const char* what) {
     fail("MPI: {} failed: {}", what, std::string(message, size_t(length)));
   }
 }
+
+namespace {
 
 // MPI counts are int: larger buffers would need derived types, which nothing here needs yet.
 int mpi_count(int64_t n, const char* what) {
@@ -141,10 +142,10 @@ MpiSession::~MpiSession() {
   if (active_) MPI_Finalize();
 }
 
-CommGroups make_mpi_comm_groups(int tensor_parallel) {
+MpiGroups split_rank_groups(int tensor_parallel, const char* who) {
   int initialized = 0;
   check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
-  COLLAGE_CHECK(initialized, "MPI Comm: MPI must be initialised first (launch with mpirun)");
+  COLLAGE_CHECK(initialized, "{}: MPI must be initialised first (launch with mpirun)", who);
   int world_rank = 0, world_size = 1;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size");
@@ -152,16 +153,23 @@ CommGroups make_mpi_comm_groups(int tensor_parallel) {
                 "parallel.tensor_parallel: {} does not divide the {} ranks of the job",
                 tensor_parallel, world_size);
   // TP inner (docs/ARCHITECTURE.md, "Rank layout"); key = world rank keeps world order.
-  MPI_Comm world, tp_group, dp_group;
-  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
-  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank / tensor_parallel, world_rank, &tp_group),
+  MpiGroups groups;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &groups.world), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank / tensor_parallel, world_rank,
+                           &groups.tensor_parallel),
             "MPI_Comm_split (tensor parallel)");
-  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank % tensor_parallel, world_rank, &dp_group),
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank % tensor_parallel, world_rank,
+                           &groups.data_parallel),
             "MPI_Comm_split (data parallel)");
+  return groups;
+}
+
+CommGroups make_mpi_comm_groups(int tensor_parallel) {
+  const MpiGroups split = split_rank_groups(tensor_parallel, "MPI Comm");
   CommGroups groups;
-  groups.world = std::make_unique<MpiComm>(world);
-  groups.tensor_parallel = std::make_unique<MpiComm>(tp_group);
-  groups.data_parallel = std::make_unique<MpiComm>(dp_group);
+  groups.world = std::make_unique<MpiComm>(split.world);
+  groups.tensor_parallel = std::make_unique<MpiComm>(split.tensor_parallel);
+  groups.data_parallel = std::make_unique<MpiComm>(split.data_parallel);
   return groups;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // The MPI Comm: collectives over an MPI communicator, on host buffers (semantics:
 // src/dist/comm.h; rank layout: docs/ARCHITECTURE.md, "Rank layout").
+#include <mpi.h>
+
 #include <memory>
 
 #include "dist/comm.h"
@@ -29,14 +31,25 @@ class MpiSession {
   bool active_ = false;
 };
 
+// Throws collage::Error naming `what` and MPI's message when status is not MPI_SUCCESS.
+void check_mpi(int status, const char* what);
+
+// This rank's groups as MPI communicators, for the Comms built on top (MPI here, NCCL in
+// nccl_comm.cpp). Every rank of MPI_COMM_WORLD calls it with the same tensor_parallel, after MPI
+// is initialised. TP inner: ranks [d·tp, d·tp + tp) form tensor-parallel group d, ranks with the
+// same rank mod tp form a data-parallel group; ranks within a group are ordered by world rank.
+// `world` is a duplicate of MPI_COMM_WORLD; the caller owns all three. Fails (collage::Error
+// naming parallel.tensor_parallel) when tp does not divide the ranks.
+struct MpiGroups {
+  MPI_Comm world, tensor_parallel, data_parallel;
+};
+MpiGroups split_rank_groups(int tensor_parallel, const char* who);
+
 struct CommGroups {
   std::unique_ptr<Comm> world, tensor_parallel, data_parallel;
 };
 
-// Every rank of MPI_COMM_WORLD calls this with the same tensor_parallel, after MPI is
-// initialised. TP inner: ranks [d·tp, d·tp + tp) form tensor-parallel group d, ranks with the
-// same rank mod tp form a data-parallel group; ranks within a group are ordered by world rank.
-// Fails (collage::Error naming parallel.tensor_parallel) when tp does not divide the ranks.
+// MpiComms over split_rank_groups(tensor_parallel).
 CommGroups make_mpi_comm_groups(int tensor_parallel);
 
 }  // namespace collage

@@ -17,9 +17,6 @@ void check(ncclResult_t status, const char* what) {
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) fail("NCCL Comm: {} failed: {}", what, cudaGetErrorString(status));
 }
-void check_mpi(int status, const char* what) {
-  if (status != MPI_SUCCESS) fail("MPI: {} failed with error {}", what, status);
-}
 
 class NcclComm final : public Comm {
  public:
@@ -99,28 +96,16 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-NcclComms make_nccl_comms(int tensor_parallel, cudaStream_t stream) {
-  int initialized = 0;
-  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
-  COLLAGE_CHECK(initialized, "NCCL Comm: MPI must be initialised first (launch with mpirun)");
-  int world_rank = 0, world_size = 1;
-  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size");
-  COLLAGE_CHECK(tensor_parallel >= 1 && world_size % tensor_parallel == 0,
-                "parallel.tensor_parallel: {} does not divide the {} ranks of the job",
-                tensor_parallel, world_size);
-  // TP inner: tensor-parallel group = world_rank / tp, data-parallel group = world_rank % tp.
-  MPI_Comm tp_group, dp_group;
-  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank / tensor_parallel, world_rank, &tp_group),
-            "MPI_Comm_split (tensor parallel)");
-  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, world_rank % tensor_parallel, world_rank, &dp_group),
-            "MPI_Comm_split (data parallel)");
-  NcclComms comms;
-  comms.world = std::make_unique<NcclComm>(MPI_COMM_WORLD, stream);
-  comms.tensor_parallel = std::make_unique<NcclComm>(tp_group, stream);
-  comms.data_parallel = std::make_unique<NcclComm>(dp_group, stream);
-  MPI_Comm_free(&tp_group);
-  MPI_Comm_free(&dp_group);
+CommGroups make_nccl_comms(int tensor_parallel, cudaStream_t stream) {
+  MpiGroups split = split_rank_groups(tensor_parallel, "NCCL Comm");
+  CommGroups comms;
+  comms.world = std::make_unique<NcclComm>(split.world, stream);
+  comms.tensor_parallel = std::make_unique<NcclComm>(split.tensor_parallel, stream);
+  comms.data_parallel = std::make_unique<NcclComm>(split.data_parallel, stream);
+  // The NCCL communicators need MPI only to share their unique ids.
+  MPI_Comm_free(&split.world);
+  MPI_Comm_free(&split.tensor_parallel);
+  MPI_Comm_free(&split.data_parallel);
   return comms;
 }
 

@@ -10,15 +10,12 @@
 #include <memory>
 
 #include "dist/comm.h"
+#include "dist/mpi_comm.h"
 
 namespace collage {
 
-struct NcclComms {
-  std::unique_ptr<Comm> world, tensor_parallel, data_parallel;
-};
-
 // Every rank of MPI_COMM_WORLD calls this with the same tensor_parallel (which divides the
 // world size), after MPI_Init and after selecting its GPU. `stream`: where collectives queue.
-NcclComms make_nccl_comms(int tensor_parallel, cudaStream_t stream);
+CommGroups make_nccl_comms(int tensor_parallel, cudaStream_t stream);
 
 }  // namespace collage
