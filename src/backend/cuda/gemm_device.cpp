@@ -125,20 +125,16 @@ Plan make_plan(GemmEngine& engine, const GemmCall& g) {
   check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &workspace, sizeof workspace),
         "set MAX_WORKSPACE_BYTES");
-  const uint32_t align_first = alignment(g.b), align_second = alignment(g.a);
-  const uint32_t align_output = alignment(g.d);
-  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                             &align_first, sizeof(uint32_t)),
-        "set MIN_ALIGNMENT_A_BYTES");
-  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                             &align_second, sizeof(uint32_t)),
-        "set MIN_ALIGNMENT_B_BYTES");
-  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                             &align_output, sizeof(uint32_t)),
-        "set MIN_ALIGNMENT_C_BYTES");
-  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                             &align_output, sizeof(uint32_t)),
-        "set MIN_ALIGNMENT_D_BYTES");
+  // The heuristic may pick vectorised kernels only for operands aligned this well.
+  auto min_alignment = [&](cublasLtMatmulPreferenceAttributes_t attribute, const void* pointer,
+                           const char* what) {
+    const uint32_t bytes = uint32_t(alignment(pointer));
+    check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof bytes), what);
+  };
+  min_alignment(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.b, "set MIN_ALIGNMENT_A_BYTES");
+  min_alignment(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.a, "set MIN_ALIGNMENT_B_BYTES");
+  min_alignment(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.d, "set MIN_ALIGNMENT_C_BYTES");
+  min_alignment(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.d, "set MIN_ALIGNMENT_D_BYTES");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   check(cublasLtMatmulAlgoGetHeuristic(engine.handle, plan.operation, plan.first, plan.second,
