@@ -6,8 +6,15 @@
 // The Σ exp is formed in a different order (per thread, then across the block), so losses and
 // gradients agree with the cpu to rounding, not bits (tests/cuda/cross_entropy_test.cpp).
 //
-// One block per row. Both kernels first compute the row's statistics (row_statistics: the max,
-// Σ exp(x − max) and the target's logit), then use them; the backward recomputes them rather
+// The vocab-parallel stages at the end of this file (cross_entropy_shard_*, tensor parallelism,
+// docs/PARALLEL.md) take the same math apart so that the caller can all-reduce between them:
+// the max of a shard's columns, then Σ exp_approx(x − max) with the global max (no online
+// rescaling), then lse = max + logf(Σ) and the loss, and the backward from the saved lse. The
+// max, the loss and the backward compute exactly what the cpu computes from the same inputs
+// (max is exact; the other two are elementwise); only the Σ exp is summed in another order.
+//
+// One block per row. Both fused kernels first compute the row's statistics (row_statistics: the
+// max, Σ exp(x − max) and the target's logit), then use them; the backward recomputes them rather
 // than keeping state between the calls. Targets are checked by the model on the host: here a
 // target < 0 is ignored (loss 0, no gradient), and so is a target ≥ V (the kernel cannot
 // throw; it must only not read outside the row).
@@ -62,10 +69,8 @@ __device__ __forceinline__ void fold(float& max, float& sum, const float (&x)[n]
 // kVectorized: columns in Packed128 groups of 8 (x 16-byte aligned). shared: the kernel's
 // kStatisticsShared floats.
 //
-// This is a stage of its own on purpose: a vocab-parallel (tensor-parallel) version runs it on
-// its shard of the columns, all-reduces the three values across the ranks (max; Σ exp rescaled
-// to the global max with combine(); the target logit summed, every rank but the owner giving
-// 0), and then runs the loss / gradient stage below with the global statistics.
+// The vocab-parallel (tensor-parallel) version does not use it: it needs the global max before
+// the Σ exp so that the ranks' sums add with a plain all-reduce (cross_entropy_shard_* below).
 template <bool kVectorized>
 __device__ RowStatistics row_statistics(const bf16_t* x, int V, int target, float* shared) {
   float* warp_max = shared;                         // (warps)
@@ -166,6 +171,144 @@ void check_shape(const char* op, int64_t N, int V, int Vp) {
                        static_cast<long long>(N), V, Vp);
 }
 
+// ---- vocab-parallel stages (src/backend/backend.h) ----
+// logits (N, Vl) hold global columns [vocab_begin, vocab_begin + Vl); the first `real` of them
+// are tokens (global column < V), the rest padding, never used.
+
+// The block's reduction of every thread's `value`, valid in every thread: a fixed butterfly in
+// each warp, then the warps in order (deterministic). warp_values: kCrossEntropyWarps floats.
+// Once a kernel: the shared values are not synchronised for reuse.
+__device__ float block_max(float value, float* warp_values) {
+  value = warp_max(value);
+  if (threadIdx.x % kWarpSize == 0) warp_values[threadIdx.x / kWarpSize] = value;
+  __syncthreads();
+  float result = warp_values[0];
+  for (int w = 1; w < int(blockDim.x / kWarpSize); w++) result = fmaxf(result, warp_values[w]);
+  return result;
+}
+__device__ float block_sum(float value, float* warp_values) {
+  value = warp_sum(value);
+  if (threadIdx.x % kWarpSize == 0) warp_values[threadIdx.x / kWarpSize] = value;
+  __syncthreads();
+  float result = warp_values[0];
+  for (int w = 1; w < int(blockDim.x / kWarpSize); w++) result += warp_values[w];
+  return result;
+}
+
+// Calls visit(x_j) for this thread's real columns of row x (Vl), in a fixed order.
+// kVectorized: columns in Packed128 groups of 8 (x 16-byte aligned, Vl a multiple of 8, so the
+// last group may reach into the padding but not past the row; those values are skipped).
+template <bool kVectorized, typename Visit>
+__device__ __forceinline__ void for_real_columns(const bf16_t* x, int real, Visit visit) {
+  if constexpr (kVectorized) {
+    for (int j = threadIdx.x * kVector; j < real; j += blockDim.x * kVector) {
+      const Packed128<bf16_t> packed = load128(x + j);
+      for (int k = 0; k < kVector && j + k < real; k++) visit(to_float(packed.values[k]));
+    }
+  } else {
+    for (int j = threadIdx.x; j < real; j += blockDim.x) visit(to_float(x[j]));
+  }
+}
+
+// row_max (N): block `row` takes the max of its row's real columns (−inf when there are none).
+template <bool kVectorized>
+__global__ void cross_entropy_shard_max_kernel(float* row_max, const bf16_t* logits, int Vl,
+                                               int real) {
+  const int64_t row = blockIdx.x;
+  const bf16_t* x = logits + row * Vl;  // (Vl)
+  float max = -INFINITY;
+  for_real_columns<kVectorized>(x, real, [&](float x_j) { max = fmaxf(max, x_j); });
+  __shared__ float warp_values[kCrossEntropyWarps];
+  max = block_max(max, warp_values);
+  if (threadIdx.x == 0) row_max[row] = max;
+}
+
+// sums (2N): block `row` writes sums[row] = Σ exp_approx(x[j] − row_max[row]) over its real
+// columns and sums[N + row] = the target's logit if this shard holds it, else 0.
+template <bool kVectorized>
+__global__ void cross_entropy_shard_sums_kernel(float* sums, const bf16_t* logits,
+                                                const int32_t* targets, const float* row_max,
+                                                int64_t N, int Vl, int real, int64_t vocab_begin) {
+  const int64_t row = blockIdx.x;
+  const bf16_t* x = logits + row * Vl;  // (Vl)
+  const float max = row_max[row];       // the global max, all-reduced by the caller
+  float sum = 0.0f;
+  for_real_columns<kVectorized>(x, real, [&](float x_j) { sum += math::exp_approx(x_j - max); });
+  __shared__ float warp_values[kCrossEntropyWarps];
+  sum = block_sum(sum, warp_values);
+  if (threadIdx.x == 0) {
+    // A target ≥ V lands at local_target ≥ real: not read, as the fused kernels ignore it.
+    const int64_t local_target = int64_t(targets[row]) - vocab_begin;
+    const bool owned = targets[row] >= 0 && local_target >= 0 && local_target < real;
+    sums[row] = sum;
+    sums[N + row] = owned ? to_float(x[local_target]) : 0.0f;
+  }
+}
+
+// losses, lse (N): thread `row` from the all-reduced row_max (N) and sums (2N), as the cpu.
+// This stage has no V: a target ≥ V (the model checks targets on the host) got no logit in the
+// sums stage, so its loss comes out as lse; the backward ignores the row.
+__global__ void cross_entropy_shard_loss_kernel(float* losses, float* lse, const float* row_max,
+                                                const float* sums, const int32_t* targets,
+                                                int64_t N) {
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= N) return;
+  if (targets[row] < 0) {
+    losses[row] = lse[row] = 0.0f;
+    return;
+  }
+  const float row_lse = row_max[row] + logf(sums[row]);
+  lse[row] = row_lse;
+  losses[row] = row_lse - sums[N + row];
+}
+
+// dlogits (N, Vl) += (exp_approx(x − lse) − [column == target])·dloss in the real columns of
+// block `row`'s row; the expressions of cross_entropy_backward_kernel (and of the cpu).
+template <bool kVectorized>
+__global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_t* logits,
+                                                    const int32_t* targets, const float* lse, int V,
+                                                    int Vl, int real, int64_t vocab_begin,
+                                                    float dloss) {
+  const int64_t row = blockIdx.x;
+  const int target = targets[row];
+  if (target < 0 || target >= V) return;                       // ignored rows get nothing
+  const int64_t local_target = int64_t(target) - vocab_begin;  // outside [0, real): another rank's
+  const float row_lse = lse[row];
+  const bf16_t* x = logits + row * Vl;  // (Vl)
+  bf16_t* dx = dlogits + row * Vl;      // (Vl)
+  auto gradient = [&](int j, float x_j, float dx_j) {
+    const float p = math::exp_approx(x_j - row_lse);
+    return dx_j + (j == local_target ? p - 1.0f : p) * dloss;
+  };
+  int scalar_begin = 0;  // columns from here on go one at a time
+  if constexpr (kVectorized) {
+    const int groups = real / kVector;  // whole groups only: the padding columns are not written
+    for (int group = threadIdx.x; group < groups; group += blockDim.x) {
+      const int j = group * kVector;
+      const Packed128<bf16_t> xs = load128(x + j);
+      Packed128<bf16_t> ds = load128(dx + j);
+      for (int k = 0; k < kVector; k++)
+        ds.values[k] = to_bf16(gradient(j + k, to_float(xs.values[k]), to_float(ds.values[k])));
+      store128(dx + j, ds);
+    }
+    scalar_begin = groups * kVector;
+  }
+  for (int j = scalar_begin + int(threadIdx.x); j < real; j += blockDim.x)
+    dx[j] = to_bf16(gradient(j, to_float(x[j]), to_float(dx[j])));
+}
+
+void check_shard(const char* op, int64_t N, int V, int Vl, int64_t vocab_begin) {
+  COLLAGE_KERNEL_CHECK(N >= 0 && N <= INT32_MAX && V >= 1 && Vl >= 0 && vocab_begin >= 0,
+                       "%s: bad shape N = %lld, V = %d, Vl = %d, vocab_begin = %lld", op,
+                       static_cast<long long>(N), V, Vl, static_cast<long long>(vocab_begin));
+}
+
+// The shard's real columns: global columns [vocab_begin, vocab_begin + Vl) below V.
+int real_columns(int V, int Vl, int64_t vocab_begin) {
+  const int64_t tokens_from_here = int64_t(V) - vocab_begin;
+  return tokens_from_here <= 0 ? 0 : int(tokens_from_here < Vl ? tokens_from_here : Vl);
+}
+
 }  // namespace
 
 void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
@@ -198,6 +341,76 @@ void cross_entropy_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logi
   } else {
     launch(cx, "cross_entropy_backward", cross_entropy_backward_kernel<false>, dim3(unsigned(N)),
            dim3(kCrossEntropyThreads))(dlogits, logits, targets, V, Vp, dloss);
+  }
+}
+
+void cross_entropy_shard_max(CudaContext& cx, float* row_max, const bf16_t* logits, int64_t N,
+                             int V, int Vl, int64_t vocab_begin) {
+  check_shard("cross_entropy_shard_max", N, V, Vl, vocab_begin);
+  if (N == 0) return;
+  COLLAGE_KERNEL_CHECK(row_max && logits,
+                       "cross_entropy_shard_max: null tensor (N = %lld, Vl = %d)",
+                       static_cast<long long>(N), Vl);
+  const int real = real_columns(V, Vl, vocab_begin);
+  // 128-bit loads need every row start 16-byte aligned: Vl a multiple of 8.
+  if (Vl % kVector == 0 && aligned16(logits)) {
+    launch(cx, "cross_entropy_shard_max", cross_entropy_shard_max_kernel<true>, dim3(unsigned(N)),
+           dim3(kCrossEntropyThreads))(row_max, logits, Vl, real);
+  } else {
+    launch(cx, "cross_entropy_shard_max", cross_entropy_shard_max_kernel<false>, dim3(unsigned(N)),
+           dim3(kCrossEntropyThreads))(row_max, logits, Vl, real);
+  }
+}
+
+void cross_entropy_shard_sums(CudaContext& cx, float* sums, const bf16_t* logits,
+                              const int32_t* targets, const float* row_max, int64_t N, int V,
+                              int Vl, int64_t vocab_begin) {
+  check_shard("cross_entropy_shard_sums", N, V, Vl, vocab_begin);
+  if (N == 0) return;
+  COLLAGE_KERNEL_CHECK(sums && logits && targets && row_max,
+                       "cross_entropy_shard_sums: null tensor (N = %lld, Vl = %d)",
+                       static_cast<long long>(N), Vl);
+  const int real = real_columns(V, Vl, vocab_begin);
+  if (Vl % kVector == 0 && aligned16(logits)) {
+    launch(cx, "cross_entropy_shard_sums", cross_entropy_shard_sums_kernel<true>, dim3(unsigned(N)),
+           dim3(kCrossEntropyThreads))(sums, logits, targets, row_max, N, Vl, real, vocab_begin);
+  } else {
+    launch(cx, "cross_entropy_shard_sums", cross_entropy_shard_sums_kernel<false>,
+           dim3(unsigned(N)),
+           dim3(kCrossEntropyThreads))(sums, logits, targets, row_max, N, Vl, real, vocab_begin);
+  }
+}
+
+void cross_entropy_shard_loss(CudaContext& cx, float* losses, float* lse, const float* row_max,
+                              const float* sums, const int32_t* targets, int64_t N) {
+  COLLAGE_KERNEL_CHECK(N >= 0, "cross_entropy_shard_loss: bad N = %lld", static_cast<long long>(N));
+  if (N == 0) return;
+  COLLAGE_KERNEL_CHECK(losses && lse && row_max && sums && targets,
+                       "cross_entropy_shard_loss: null tensor (N = %lld)",
+                       static_cast<long long>(N));
+  launch(cx, "cross_entropy_shard_loss", cross_entropy_shard_loss_kernel,
+         dim3(unsigned(ceil_div(N, kCrossEntropyThreads))),
+         dim3(kCrossEntropyThreads))(losses, lse, row_max, sums, targets, N);
+}
+
+void cross_entropy_shard_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logits,
+                                  const int32_t* targets, const float* lse, int64_t N, int V,
+                                  int Vl, int64_t vocab_begin, float dloss) {
+  check_shard("cross_entropy_shard_backward", N, V, Vl, vocab_begin);
+  if (!dlogits || N == 0) return;  // null gradient: not computed
+  COLLAGE_KERNEL_CHECK(
+      logits && targets && lse,
+      "cross_entropy_shard_backward: null logits, targets or lse (N = %lld, Vl = %d)",
+      static_cast<long long>(N), Vl);
+  const int real = real_columns(V, Vl, vocab_begin);
+  if (Vl % kVector == 0 && aligned16(logits, dlogits)) {
+    launch(cx, "cross_entropy_shard_backward", cross_entropy_shard_backward_kernel<true>,
+           dim3(unsigned(N)), dim3(kCrossEntropyThreads))(dlogits, logits, targets, lse, V, Vl,
+                                                          real, vocab_begin, dloss);
+  } else {
+    launch(cx, "cross_entropy_shard_backward", cross_entropy_shard_backward_kernel<false>,
+           dim3(unsigned(N)), dim3(kCrossEntropyThreads))(dlogits, logits, targets, lse, V, Vl,
+                                                          real, vocab_begin, dloss);
   }
 }
 

@@ -68,6 +68,18 @@ void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
                            const int32_t* targets, int64_t N, int V, int Vp);
 void cross_entropy_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logits,
                             const int32_t* targets, int64_t N, int V, int Vp, float dloss);
+// The vocab-parallel stages (src/backend/backend.h): logits (N, Vl) hold global columns
+// [vocab_begin, vocab_begin + Vl), of which those < V are real. Deterministic.
+void cross_entropy_shard_max(CudaContext& cx, float* row_max, const bf16_t* logits, int64_t N,
+                             int V, int Vl, int64_t vocab_begin);
+void cross_entropy_shard_sums(CudaContext& cx, float* sums, const bf16_t* logits,
+                              const int32_t* targets, const float* row_max, int64_t N, int V,
+                              int Vl, int64_t vocab_begin);
+void cross_entropy_shard_loss(CudaContext& cx, float* losses, float* lse, const float* row_max,
+                              const float* sums, const int32_t* targets, int64_t N);
+void cross_entropy_shard_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logits,
+                                  const int32_t* targets, const float* lse, int64_t N, int V,
+                                  int Vl, int64_t vocab_begin, float dloss);
 
 // ---- reduce.cu: deterministic two-pass sums into one device double ----
 void sum(CudaContext& cx, double* result, const float* x, int64_t n);

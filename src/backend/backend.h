@@ -51,6 +51,8 @@ class BackendT {
     int64_t synchronizations = 0;
   };
   virtual Counters counters() const { return {}; }
+  // The cuda backend's cudaStream_t (NCCL queues its collectives there); null elsewhere.
+  virtual void* stream_handle() const { return nullptr; }
 
   // ---- embedding ----
   // out (B*T, C) = wte[tokens - vocab_begin] for tokens in [vocab_begin, vocab_end), else 0
@@ -127,6 +129,32 @@ class BackendT {
                                       const int32_t* targets, int64_t N, int V, int Vp,
                                       float dloss) = 0;
 
+  // ---- vocab-parallel cross-entropy (tensor parallelism, docs/PARALLEL.md) ----
+  // This rank holds logit columns [vocab_begin, vocab_begin + Vl) of the padded vocabulary:
+  // logits (N, Vl). Global column vocab_begin + j is a real token when < V; the others are
+  // padding and are never read. The caller all-reduces over the tensor-parallel group between
+  // the stages:
+  //   1. row_max (N) = max over this shard's real columns (−inf when it has none);
+  //      then all_reduce_max(row_max).
+  //   2. sums (2N): sums[i] = Σ_j exp(x[j] − row_max[i]) over this shard's real columns (0 when
+  //      none); sums[N + i] = x[target_i − vocab_begin] when the target is in this shard, else 0;
+  //      then all_reduce_sum(sums, 2N).
+  //   3. lse (N) = row_max + log(sums[i]); losses (N) = lse − sums[N + i]; both 0 for targets < 0.
+  // Backward: dlogits (N, Vl) += (exp(x[j] − lse[i]) − [vocab_begin + j == target_i]) · dloss
+  // in the real columns; nothing for rows with targets < 0. Targets >= V are an error (cpu throws
+  // like cross_entropy_forward; kernels ignore them as the existing kernels do).
+  // With vocab_begin = 0 and Vl = Vp these give cross_entropy_forward/backward's results.
+  virtual void cross_entropy_shard_max(float* row_max, const Storage* logits, int64_t N, int V,
+                                       int Vl, int64_t vocab_begin) = 0;
+  virtual void cross_entropy_shard_sums(float* sums, const Storage* logits, const int32_t* targets,
+                                        const float* row_max, int64_t N, int V, int Vl,
+                                        int64_t vocab_begin) = 0;
+  virtual void cross_entropy_shard_loss(float* losses, float* lse, const float* row_max,
+                                        const float* sums, const int32_t* targets, int64_t N) = 0;
+  virtual void cross_entropy_shard_backward(Storage* dlogits, const Storage* logits,
+                                            const int32_t* targets, const float* lse, int64_t N,
+                                            int V, int Vl, int64_t vocab_begin, float dloss) = 0;
+
   // ---- reductions and scaling (results returned to the host) ----
   virtual double sum(const float* x, int64_t n) = 0;
   virtual double sum_squares(const Storage* x, int64_t n) = 0;
@@ -158,7 +186,8 @@ struct BackendChoice {
   std::string reason;  // "auto: no GPU, the CUDA runtime reports ..."
 };
 BackendChoice choose_backend(const std::string& requested);
-// The backend of a resolved name (cpu | cuda | cuda-emulated); cpu threads as make_cpu_backend.
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0);
+// The backend of a resolved name (cpu | cuda | cuda-emulated); cpu threads as make_cpu_backend,
+// `device` the GPU for cuda (a rank's node-local rank).
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0, int device = 0);
 
 }  // namespace collage

@@ -63,9 +63,9 @@ BackendChoice choose_backend(const std::string& requested) {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, int device) {
   if (name == "cpu") return make_cpu_backend(threads);
-  if (name == "cuda") return make_cuda_backend(0);
+  if (name == "cuda") return make_cuda_backend(device);
   if (name == "cuda-emulated") return make_cuda_emulated_backend();
   fail("parallel.backend: '{}' is not a backend (auto, cpu, cuda, cuda-emulated)", name);
 }

@@ -1,5 +1,10 @@
 // cross_entropy_forward / cross_entropy_backward against float64: padding columns, ignored
 // targets, rows longer than the kernel's chunk, invalid targets, finite differences.
+// The vocab-parallel stages (cross_entropy_shard_*): at tp = 1 against the fused ops, and on 2
+// and 4 column shards, all-reduced here on the host, against float64.
+#include <cstdio>
+#include <limits>
+
 #include "backend_test_util.h"
 
 namespace collage::test {
@@ -133,6 +138,297 @@ TEST(CrossEntropyGradient, MatchesFiniteDifferencesAtFp32) {
   backend->cross_entropy_backward(dx.get(), d_x.get(), d_targets.get(), N, V, Vp, dloss);
   // Includes the padding columns and the ignored row, whose differences are exactly 0.
   expect_gradient_matches_differences(loss, logits, to_double(dx.download()), "dlogits");
+}
+
+// ---- vocab-parallel cross-entropy ----
+
+// What the staged ops gave on `tp` column shards of a (N, Vp) logits matrix.
+template <typename S>
+struct Sharded {
+  std::vector<std::vector<float>> shard_row_max, shard_sums;  // per shard, before the all-reduce
+  std::vector<float> row_max, sums;                           // all-reduced: (N), (2N)
+  std::vector<float> losses, lse;                             // (N)
+  std::vector<S> dlogits;                                     // (N, Vp), the shards put together
+};
+
+// Runs the vocab-parallel stages on tp shards of logits (N, Vp), shard s holding columns
+// [s·Vl, (s+1)·Vl) with Vl = Vp / tp, as tp ranks would; the all-reduces are done here (max;
+// sum in shard order in fp32). dlogits0 (N, Vp): the values the backward accumulates onto.
+template <typename S>
+Sharded<S> run_sharded(BackendT<S>& backend, const std::vector<S>& logits,
+                       const std::vector<int32_t>& targets, int N, int V, int Vp, int tp,
+                       const std::vector<S>& dlogits0, float dloss) {
+  const int Vl = Vp / tp;
+  auto columns = [&](const std::vector<S>& full, int shard) {  // (N, Vp) -> (N, Vl)
+    std::vector<S> part(size_t(N) * Vl);
+    for (int n = 0; n < N; n++) {
+      for (int j = 0; j < Vl; j++) part[size_t(n) * Vl + j] = full[size_t(n) * Vp + shard * Vl + j];
+    }
+    return part;
+  };
+  using Floats = DeviceBuffer<float, BackendT<S>>;
+  std::vector<std::unique_ptr<DeviceBuffer<S, BackendT<S>>>> d_logits;
+  for (int shard = 0; shard < tp; shard++) {
+    d_logits.push_back(
+        std::make_unique<DeviceBuffer<S, BackendT<S>>>(backend, columns(logits, shard)));
+  }
+  DeviceBuffer<int32_t, BackendT<S>> d_targets(backend, targets);
+  Floats d_row_max(backend, size_t(N)), d_sums(backend, size_t(2) * N);
+  Sharded<S> out;
+
+  // 1. each rank's max, then all_reduce_max
+  out.row_max.assign(size_t(N), -std::numeric_limits<float>::infinity());
+  for (int shard = 0; shard < tp; shard++) {
+    backend.cross_entropy_shard_max(d_row_max.get(), d_logits[shard]->get(), N, V, Vl,
+                                    int64_t(shard) * Vl);
+    out.shard_row_max.push_back(d_row_max.download());
+    for (int n = 0; n < N; n++)
+      out.row_max[n] = std::max(out.row_max[n], out.shard_row_max.back()[n]);
+  }
+  d_row_max.upload(out.row_max);
+
+  // 2. each rank's Σ exp and target logit, then all_reduce_sum
+  out.sums.assign(size_t(2) * N, 0.0f);
+  for (int shard = 0; shard < tp; shard++) {
+    backend.cross_entropy_shard_sums(d_sums.get(), d_logits[shard]->get(), d_targets.get(),
+                                     d_row_max.get(), N, V, Vl, int64_t(shard) * Vl);
+    out.shard_sums.push_back(d_sums.download());
+    for (int i = 0; i < 2 * N; i++) out.sums[i] += out.shard_sums.back()[i];
+  }
+  d_sums.upload(out.sums);
+
+  // 3. lse and the losses (every rank computes the same)
+  Floats d_losses(backend, size_t(N)), d_lse(backend, size_t(N));
+  backend.cross_entropy_shard_loss(d_losses.get(), d_lse.get(), d_row_max.get(), d_sums.get(),
+                                   d_targets.get(), N);
+  out.losses = d_losses.download();
+  out.lse = d_lse.download();
+
+  // Backward, each rank on its columns.
+  out.dlogits = dlogits0;
+  for (int shard = 0; shard < tp; shard++) {
+    DeviceBuffer<S, BackendT<S>> d_dlogits(backend, columns(dlogits0, shard));
+    backend.cross_entropy_shard_backward(d_dlogits.get(), d_logits[shard]->get(), d_targets.get(),
+                                         d_lse.get(), N, V, Vl, int64_t(shard) * Vl, dloss);
+    const auto part = d_dlogits.download();
+    for (int n = 0; n < N; n++) {
+      for (int j = 0; j < Vl; j++)
+        out.dlogits[size_t(n) * Vp + shard * Vl + j] = part[size_t(n) * Vl + j];
+    }
+  }
+  return out;
+}
+
+// Logits (N, Vp) of scale 3 with padding columns NaN (they must never be used); row 1 shifted
+// by +80 (lse ≈ 85) and row 2 scaled by 10 (most exp terms far below the largest).
+template <typename S>
+std::vector<S> shard_test_logits(Rng& rng, int N, int V, int Vp) {
+  auto logits = random_values<S>(rng, size_t(N) * Vp, 3.0);
+  for (int n = 0; n < N; n++) {
+    for (int j = 0; j < Vp; j++) {
+      S& x = logits[size_t(n) * Vp + j];
+      if (j >= V)
+        x = Storage<S>::from(std::numeric_limits<double>::quiet_NaN());
+      else if (n == 1)
+        x = Storage<S>::from(Storage<S>::to(x) + 80.0);
+      else if (n == 2)
+        x = Storage<S>::from(Storage<S>::to(x) * 10.0);
+    }
+  }
+  return logits;
+}
+
+// The spacing of storage values at |x|: a bf16 or fp32 ulp (normal range).
+template <typename S>
+double storage_spacing(double x) {
+  const double a = std::max(std::fabs(x), 0x1p-126);
+  return std::ldexp(1.0, std::ilogb(a) - (std::is_same_v<S, bf16> ? 7 : 23));
+}
+
+struct ShardShape {
+  int N, V, Vp;
+  std::vector<int32_t> targets;  // (N)
+};
+
+// Vp a multiple of 128·4, V < Vp: with 4 shards the last one holds no real column. Targets at
+// shard boundaries (127 | 128, 255 | 256, 511 | 512, 1023 | 1024), the last token, ignored.
+const ShardShape kShardShapes[] = {
+    {9, 300, 512, {0, 127, 128, 255, 256, 299, -1, 200, -100}},
+    {6, 1500, 2048, {1499, 0, 1024, -1, 511, 700}},
+};
+
+template <typename S>
+class CrossEntropyShardTest : public ::testing::Test {};
+TYPED_TEST_SUITE(CrossEntropyShardTest, StorageTypes, StorageNames);
+
+// (a) tp = 1 (vocab_begin 0, Vl = Vp): the staged ops against the fused ones.
+//
+// Tolerance. Both form lse = max + log S in fp32 with the same exp_approx terms, but the fused
+// op sums each 512-column chunk relative to the running max and rescales the running sum by
+// exp_approx(old − new max) whenever the max grows, while the staged op sums every term
+// relative to the final max. Where the max is in the first chunk the operations are the same;
+// otherwise S differs by a few fp32 roundings (each rescale is 1-2 ulp): a few 1e-7 relative,
+// so |Δlse| ≤ 1e-6·(1 + |lse|) (measured: printed below). The loss subtracts the same x[target]
+// and adds one ulp. The backward evaluates the fused op's expression with an lse δ away, so
+// each element before its one rounding moves by ≤ δ·p·|dloss| (p = the softmax); the rounded
+// results are at most one storage ulp + 2·δ·p·|dloss| apart.
+TYPED_TEST(CrossEntropyShardTest, TpOneMatchesFusedOps) {
+  using S = TypeParam;
+  auto backend = Storage<S>::make();
+  Rng rng(11);
+  const float dloss = 0.37f;
+  double worst_loss = 0;  // |Δloss| / (1 + |lse|)
+  int64_t differing = 0, compared = 0;
+  double worst_dlogits = 0;  // |Δ| in storage ulps
+  struct Shape {
+    int N, V, Vp;
+  };
+  for (const Shape s : {Shape{9, 300, 512}, Shape{6, 1500, 2048}, Shape{4, 37, 40}}) {
+    SCOPED_TRACE("N=" + std::to_string(s.N) + " V=" + std::to_string(s.V) +
+                 " Vp=" + std::to_string(s.Vp));
+    auto logits = shard_test_logits<S>(rng, s.N, s.V, s.Vp);
+    // Rows whose max is in the last chunk, so the fused op rescales (increasing logits).
+    for (int j = 0; j < s.V; j++) logits[j] = Storage<S>::from(j * 0.01);
+    std::vector<int32_t> targets(size_t(s.N));
+    for (int n = 0; n < s.N; n++) targets[n] = n == 3 ? -1 : rng.integer(0, s.V - 1);
+    const auto dlogits0 = random_values<S>(rng, logits.size(), 1e-3);
+
+    DeviceBuffer<S, BackendT<S>> d_logits(*backend, logits), d_dlogits(*backend, dlogits0);
+    DeviceBuffer<int32_t, BackendT<S>> d_targets(*backend, targets);
+    DeviceBuffer<float, BackendT<S>> d_losses(*backend, size_t(s.N));
+    backend->cross_entropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), s.N, s.V, s.Vp);
+    backend->cross_entropy_backward(d_dlogits.get(), d_logits.get(), d_targets.get(), s.N, s.V,
+                                    s.Vp, dloss);
+    const auto fused_losses = d_losses.download();
+    const auto fused_dlogits = d_dlogits.download();
+    const Sharded<S> staged =
+        run_sharded(*backend, logits, targets, s.N, s.V, s.Vp, 1, dlogits0, dloss);
+
+    for (int n = 0; n < s.N; n++) {
+      const double delta = 1e-6 * (1 + std::fabs(staged.lse[n]));
+      const double diff = std::fabs(double(staged.losses[n]) - double(fused_losses[n]));
+      EXPECT_LE(diff, delta) << "row " << n << ": staged " << staged.losses[n] << ", fused "
+                             << fused_losses[n];
+      worst_loss = std::max(worst_loss, diff / (1 + std::fabs(staged.lse[n])));
+      int misses = 0;
+      for (int j = 0; j < s.Vp; j++) {
+        const size_t k = size_t(n) * s.Vp + j;
+        if (j >= s.V || targets[n] < 0) {  // both leave these alone
+          if (!same_bits(std::vector<S>{staged.dlogits[k]}, std::vector<S>{dlogits0[k]}) &&
+              ++misses <= 5)
+            ADD_FAILURE() << "row " << n << " column " << j << " (padding or ignored) changed";
+          continue;
+        }
+        const double g = Storage<S>::to(staged.dlogits[k]), w = Storage<S>::to(fused_dlogits[k]);
+        const double p = std::exp(Storage<S>::to(logits[k]) - staged.lse[n]);
+        const double ulp = storage_spacing<S>(std::max(std::fabs(g), std::fabs(w)));
+        compared++, differing += g != w;
+        worst_dlogits = std::max(worst_dlogits, std::fabs(g - w) / ulp);
+        if (!(std::fabs(g - w) <= ulp + 2 * delta * p * dloss) && ++misses <= 5)
+          ADD_FAILURE() << "dlogits row " << n << " column " << j << ": staged " << g << ", fused "
+                        << w;
+      }
+      EXPECT_EQ(misses, 0) << "row " << n;
+    }
+  }
+  std::printf(
+      "tp=1 staged vs fused: worst |Δloss|/(1+|lse|) %.3g; dlogits: %lld of %lld differ, "
+      "by at most %.3g ulp\n",
+      worst_loss, static_cast<long long>(differing), static_cast<long long>(compared),
+      worst_dlogits);
+}
+
+// (b) 2 and 4 shards, all-reduced on the host, against float64 computed here.
+TYPED_TEST(CrossEntropyShardTest, ShardsMatchFloat64) {
+  using S = TypeParam;
+  auto backend = Storage<S>::make();
+  Rng rng(12);
+  const float dloss = 0.37f;
+  double worst_loss = 0, worst_dlogits = 0;  // as fractions of their bounds
+  for (const ShardShape& s : kShardShapes) {
+    const auto logits = shard_test_logits<S>(rng, s.N, s.V, s.Vp);
+    const auto dlogits0 = random_values<S>(rng, logits.size(), 1e-3);
+    const Reference r = reference(to_double(logits), s.targets, s.N, s.V, s.Vp, dloss);
+    for (int tp : {2, 4}) {
+      SCOPED_TRACE("N=" + std::to_string(s.N) + " V=" + std::to_string(s.V) +
+                   " Vp=" + std::to_string(s.Vp) + " tp=" + std::to_string(tp));
+      const int Vl = s.Vp / tp;
+      const Sharded<S> got =
+          run_sharded(*backend, logits, s.targets, s.N, s.V, s.Vp, tp, dlogits0, dloss);
+
+      for (int n = 0; n < s.N; n++) {
+        const S* x = logits.data() + size_t(n) * s.Vp;
+        // The all-reduced max is the row's max (exact), the target logit the target's (one
+        // shard gives it, the others exactly 0).
+        double max = -INFINITY;
+        for (int j = 0; j < s.V; j++) max = std::max(max, Storage<S>::to(x[j]));
+        EXPECT_EQ(got.row_max[n], max) << "row " << n;
+        EXPECT_EQ(got.sums[s.N + n], s.targets[n] >= 0 ? Storage<S>::to(x[s.targets[n]]) : 0.0)
+            << "row " << n;
+        for (int shard = 0; shard < tp; shard++) {
+          if (int64_t(shard) * Vl < s.V) continue;
+          // A shard of padding alone: −inf and nothing summed.
+          EXPECT_EQ(got.shard_row_max[shard][n], -INFINITY) << "shard " << shard << " row " << n;
+          EXPECT_EQ(got.shard_sums[shard][n], 0.0f) << "shard " << shard << " row " << n;
+          EXPECT_EQ(got.shard_sums[shard][s.N + n], 0.0f) << "shard " << shard << " row " << n;
+        }
+        if (s.targets[n] < 0) {
+          EXPECT_EQ(got.losses[n], 0.0f) << "ignored row " << n;
+          EXPECT_EQ(got.lse[n], 0.0f) << "ignored row " << n;
+        }
+      }
+      // As the fused op's check above: fp32 sums of exp_approx terms (~1e-7 each) relative to
+      // the global max, plus tp − 1 fp32 additions of the shards' sums.
+      const double loss_bound = 1e-5 * (r.loss_scale + 1);
+      expect_close(to_double(got.losses), r.losses, 0.0, loss_bound, "losses");
+      for (int n = 0; n < s.N; n++)
+        worst_loss = std::max(worst_loss, std::fabs(got.losses[n] - r.losses[n]) / loss_bound);
+
+      const auto old = to_double(dlogits0);
+      int misses = 0;
+      for (int n = 0; n < s.N; n++) {
+        for (int j = 0; j < s.Vp; j++) {
+          const size_t k = size_t(n) * s.Vp + j;
+          if (j >= s.V || s.targets[n] < 0) {
+            if (!same_bits(std::vector<S>{got.dlogits[k]}, std::vector<S>{dlogits0[k]}) &&
+                ++misses <= 5)
+              ADD_FAILURE() << "row " << n << " column " << j << " (padding or ignored) changed";
+            continue;
+          }
+          const double want = old[k] + r.dlogits[k];
+          const double bound =
+              result_rel<S>() * std::fabs(want) + 1e-6 * dloss * (r.loss_scale + 1);
+          const double diff = std::fabs(Storage<S>::to(got.dlogits[k]) - want);
+          worst_dlogits = std::max(worst_dlogits, diff / bound);
+          if (!(diff <= bound) && ++misses <= 5)
+            ADD_FAILURE() << "dlogits row " << n << " column " << j << ": got "
+                          << Storage<S>::to(got.dlogits[k]) << ", want " << want;
+        }
+      }
+      EXPECT_EQ(misses, 0);
+    }
+  }
+  std::printf(
+      "sharded vs float64: worst |Δloss| %.3g of its bound, worst dlogits error %.3g of "
+      "its bound\n",
+      worst_loss, worst_dlogits);
+}
+
+// A target ≥ V is an error on the cpu, in the stages that see V: here in this shard's padding.
+TYPED_TEST(CrossEntropyShardTest, TargetOutsideVocabularyIsAnError) {
+  using S = TypeParam;
+  auto backend = Storage<S>::make();
+  const int N = 2, V = 13, Vl = 8;  // the second shard: columns [8, 16), 8..12 real
+  DeviceBuffer<S, BackendT<S>> logits(*backend, size_t(N) * Vl), dlogits(*backend, size_t(N) * Vl);
+  DeviceBuffer<int32_t, BackendT<S>> targets(*backend, std::vector<int32_t>{9, 14});
+  DeviceBuffer<float, BackendT<S>> row_max(*backend, size_t(N)), sums(*backend, size_t(2) * N),
+      lse(*backend, size_t(N));
+  EXPECT_THROW(backend->cross_entropy_shard_sums(sums.get(), logits.get(), targets.get(),
+                                                 row_max.get(), N, V, Vl, 8),
+               Error);
+  EXPECT_THROW(backend->cross_entropy_shard_backward(dlogits.get(), logits.get(), targets.get(),
+                                                     lse.get(), N, V, Vl, 8, 1.0f),
+               Error);
 }
 
 }  // namespace

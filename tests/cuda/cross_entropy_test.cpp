@@ -14,6 +14,20 @@
 // values at most |Δ| + one bf16 ulp apart: the check allows ulp + 2·δ·p_j·|dloss| per
 // element. Padding columns (V ≤ j < Vp) and ignored rows must keep their prior bits.
 //
+// The vocab-parallel stages (cross_entropy_shard_*) are compared stage by stage, both backends
+// given the same inputs at every stage (the cpu's all-reduced values), as the ranks of a
+// tensor-parallel group would have them:
+//  - the shard max is exact, the loss stage and the backward are elementwise (the same fp32
+//    expressions, logf as std::log): bit-identical;
+//  - the Σ exp_approx(x − max) adds the same fp32 terms (exp_approx gives the same bits) in
+//    another order (the cpu: 512-column chunks, each an 8-lane SIMD reduction; the kernel: a
+//    strided sum per thread, then a warp butterfly and the warps in order). For positive terms
+//    each order is within k·2^-24 of the exact sum, k the longest chain of additions (< 160
+//    for these shapes in either order), so the two agree to 1e-5 of the sum; the target
+//    logit is copied (bits).
+//  - end to end (each backend all-reducing its own sums): losses within 1e-5·(1 + |lse|), as
+//    the fused ops above.
+//
 // Shapes: V not a multiple of 8, 32 or 128, with the 128-bit path (Vp a multiple of 8, whose
 // last group reaches into the padding) and without (odd Vp, and a 2-byte offset); V below a
 // warp; V = 1; GPT-2's 50257 of 50304. Rows: a target far above the rest (loss ≈ 0, p ≈ 1 at
@@ -21,6 +35,8 @@
 // exp_approx's clamp).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -180,6 +196,181 @@ TEST(CudaCrossEntropy, TargetsOutsideTheVocabularyAreIgnored) {
           << "row " << n << " column " << j;
   }
   EXPECT_NE(got[size_t(1) * Vp + 3].bits, dlogits0[size_t(1) * Vp + 3].bits);
+}
+
+// ---- vocab-parallel stages ----
+
+struct ShardCase {
+  int N, V, Vp, tp;
+  int offset;  // elements from the aligned allocation (1: no 128-bit path)
+};
+// Vl = Vp / tp: 512 (the last shard's last group of 8 reaching into the padding); 128 with the
+// last shard all padding; 85 (odd: no 128-bit path); 384 at a 2-byte offset; GPT-2's vocabulary
+// on 4 ranks (12576 columns each).
+const ShardCase kShardCases[] = {{13, 1001, 1024, 2, 0},
+                                 {9, 300, 512, 4, 0},
+                                 {7, 333, 340, 4, 0},
+                                 {11, 700, 768, 2, 1},
+                                 {3, 50257, 50304, 4, 0}};
+
+std::string describe(const ShardCase& c) {
+  return "N=" + std::to_string(c.N) + " V=" + std::to_string(c.V) + " Vp=" + std::to_string(c.Vp) +
+         " tp=" + std::to_string(c.tp) + " offset=" + std::to_string(c.offset);
+}
+
+// Columns [shard·Vl, (shard+1)·Vl) of full (N, Vp), behind `offset` elements of filler.
+std::vector<bf16> shard_columns(const std::vector<bf16>& full, int N, int Vp, int Vl, int shard,
+                                int offset) {
+  std::vector<bf16> part(size_t(offset) + size_t(N) * Vl, float_to_bf16(7.0f));
+  for (int n = 0; n < N; n++) {
+    for (int j = 0; j < Vl; j++)
+      part[offset + size_t(n) * Vl + j] = full[size_t(n) * Vp + size_t(shard) * Vl + j];
+  }
+  return part;
+}
+
+TEST(CudaCrossEntropy, ShardStagesMatchCpu) {
+  BackendPair pair;
+  Rng rng(43);
+  const float dloss = 0.37f;
+  double worst_sum_ratio = 0, worst_loss_ratio = 0;  // |Δ| as fractions of their bounds
+  for (const ShardCase& c : kShardCases) {
+    SCOPED_TRACE(describe(c));
+    const int Vl = c.Vp / c.tp, o = c.offset, N = c.N;
+    // make_inputs' rows (confident, large, wide) over the whole padded vocabulary; targets in
+    // every shard: row 3 the last token, row 4 the first column of shard 1.
+    Inputs in = make_inputs(rng, Shape{N, c.V, c.Vp, 0});
+    if (N > 3) in.targets[3] = c.V - 1;
+    if (N > 4) in.targets[4] = Vl;
+    const Mirrored<int32_t> targets(pair, in.targets);
+    const auto dlogits0 = random_values<bf16>(rng, in.logits.size(), 1e-3);
+
+    // 1. max: bits.
+    std::vector<std::unique_ptr<Mirrored<bf16>>> logits;
+    const Mirrored<float> row_max(pair, size_t(N)), sums(pair, size_t(2) * N);
+    std::vector<float> global_max(size_t(N), -INFINITY);
+    for (int shard = 0; shard < c.tp; shard++) {
+      logits.push_back(
+          std::make_unique<Mirrored<bf16>>(pair, shard_columns(in.logits, N, c.Vp, Vl, shard, o)));
+      const int64_t begin = int64_t(shard) * Vl;
+      pair.cpu->cross_entropy_shard_max(row_max.cpu(), logits[shard]->cpu() + o, N, c.V, Vl, begin);
+      pair.emulated->cross_entropy_shard_max(row_max.emulated(), logits[shard]->emulated() + o, N,
+                                             c.V, Vl, begin);
+      const auto want = row_max.from_cpu();
+      expect_same_bits(row_max.from_emulated(), want, "row_max of shard " + std::to_string(shard));
+      for (int n = 0; n < N; n++) global_max[n] = std::max(global_max[n], want[n]);
+    }
+    const Mirrored<float> d_global_max(pair, global_max);
+
+    // 2. Σ exp within 1e-5 of the sum, target logits: bits. Each backend's own all-reduce too.
+    std::vector<float> cpu_sums(size_t(2) * N, 0.0f), emulated_sums(size_t(2) * N, 0.0f);
+    for (int shard = 0; shard < c.tp; shard++) {
+      const int64_t begin = int64_t(shard) * Vl;
+      pair.cpu->cross_entropy_shard_sums(sums.cpu(), logits[shard]->cpu() + o, targets.cpu(),
+                                         d_global_max.cpu(), N, c.V, Vl, begin);
+      pair.emulated->cross_entropy_shard_sums(sums.emulated(), logits[shard]->emulated() + o,
+                                              targets.emulated(), d_global_max.emulated(), N, c.V,
+                                              Vl, begin);
+      const auto got = sums.from_emulated(), want = sums.from_cpu();
+      for (int n = 0; n < N; n++) {
+        const double bound = 1e-5 * want[n];
+        const double diff = std::fabs(double(got[n]) - double(want[n]));
+        EXPECT_LE(diff, bound) << "shard " << shard << " row " << n << ": emulated " << got[n]
+                               << ", cpu " << want[n];
+        if (want[n] > 0) worst_sum_ratio = std::max(worst_sum_ratio, diff / bound);
+        EXPECT_EQ(got[N + n], want[N + n]) << "target logit, shard " << shard << " row " << n;
+      }
+      for (int i = 0; i < 2 * N; i++) cpu_sums[i] += want[i], emulated_sums[i] += got[i];
+    }
+
+    // 3. loss and lse from the same all-reduced values: bits.
+    const Mirrored<float> d_sums(pair, cpu_sums), losses(pair, size_t(N)), lse(pair, size_t(N));
+    pair.cpu->cross_entropy_shard_loss(losses.cpu(), lse.cpu(), d_global_max.cpu(), d_sums.cpu(),
+                                       targets.cpu(), N);
+    pair.emulated->cross_entropy_shard_loss(losses.emulated(), lse.emulated(),
+                                            d_global_max.emulated(), d_sums.emulated(),
+                                            targets.emulated(), N);
+    expect_same_bits(losses.from_emulated(), losses.from_cpu(), "losses");
+    expect_same_bits(lse.from_emulated(), lse.from_cpu(), "lse");
+    // End to end: the emulated ranks' own sums.
+    {
+      const Mirrored<float> own_sums(pair, emulated_sums), own_losses(pair, size_t(N)),
+          own_lse(pair, size_t(N));
+      pair.emulated->cross_entropy_shard_loss(own_losses.emulated(), own_lse.emulated(),
+                                              d_global_max.emulated(), own_sums.emulated(),
+                                              targets.emulated(), N);
+      const auto got = own_losses.from_emulated(), want = losses.from_cpu();
+      const auto want_lse = lse.from_cpu();
+      for (int n = 0; n < N; n++) {
+        const double bound = 1e-5 * (1 + std::fabs(want_lse[n]));
+        const double diff = std::fabs(double(got[n]) - double(want[n]));
+        EXPECT_LE(diff, bound) << "end-to-end loss, row " << n;
+        worst_loss_ratio = std::max(worst_loss_ratio, diff / bound);
+      }
+    }
+
+    // Backward from the same lse onto the same prior values: bits; padding columns, ignored
+    // rows and the filler before the tensor keep their prior bits.
+    for (int shard = 0; shard < c.tp; shard++) {
+      const int64_t begin = int64_t(shard) * Vl;
+      const auto prior = shard_columns(dlogits0, N, c.Vp, Vl, shard, o);
+      const Mirrored<bf16> dlogits(pair, prior);
+      pair.cpu->cross_entropy_shard_backward(dlogits.cpu() + o, logits[shard]->cpu() + o,
+                                             targets.cpu(), lse.cpu(), N, c.V, Vl, begin, dloss);
+      pair.emulated->cross_entropy_shard_backward(dlogits.emulated() + o,
+                                                  logits[shard]->emulated() + o, targets.emulated(),
+                                                  lse.emulated(), N, c.V, Vl, begin, dloss);
+      const auto got = dlogits.from_emulated();
+      expect_same_bits(got, dlogits.from_cpu(), "dlogits of shard " + std::to_string(shard));
+      int misses = 0;
+      for (size_t k = 0; k < got.size(); k++) {
+        const bool before = k < size_t(o);
+        const int n = before ? -1 : int((k - o) / Vl), j = before ? -1 : int((k - o) % Vl);
+        if ((before || begin + j >= c.V || in.targets[n] < 0) && got[k].bits != prior[k].bits &&
+            ++misses <= 5)
+          ADD_FAILURE() << "shard " << shard << " element " << k
+                        << " (filler, padding or ignored row) changed";
+      }
+      EXPECT_EQ(misses, 0);
+    }
+  }
+  std::printf(
+      "cross-entropy shards: worst |ΔΣexp| %.3g of the bound 1e-5·Σ, worst end-to-end |Δloss| "
+      "%.3g of the bound 1e-5·(1+|lse|); max, loss, lse and dlogits bit-identical\n",
+      worst_sum_ratio, worst_loss_ratio);
+}
+
+// Targets ≥ V: the shard kernels read no target logit for them (even one in this shard's
+// padding columns) and write no gradient, as the fused kernels.
+TEST(CudaCrossEntropy, ShardTargetsOutsideTheVocabularyAreIgnored) {
+  BackendPair pair;
+  Rng rng(44);
+  const int N = 4, V = 13, Vl = 8, begin = 8;  // the second shard: columns 8..12 real, 13..15 not
+  const auto logits = random_values<bf16>(rng, size_t(N) * Vl);
+  const std::vector<int32_t> targets = {14, 9, V + 1000000, -7};
+  const auto dlogits0 = random_values<bf16>(rng, size_t(N) * Vl);
+  const Mirrored<bf16> d_logits(pair, logits), d_dlogits(pair, dlogits0);
+  const Mirrored<int32_t> d_targets(pair, targets);
+  const Mirrored<float> row_max(pair, std::vector<float>(N, 0.0f)), sums(pair, size_t(2) * N),
+      lse(pair, std::vector<float>(N, 3.0f));
+  pair.emulated->cross_entropy_shard_sums(sums.emulated(), d_logits.emulated(),
+                                          d_targets.emulated(), row_max.emulated(), N, V, Vl,
+                                          begin);
+  pair.emulated->cross_entropy_shard_backward(d_dlogits.emulated(), d_logits.emulated(),
+                                              d_targets.emulated(), lse.emulated(), N, V, Vl, begin,
+                                              1.0f);
+  const auto s = sums.from_emulated();
+  EXPECT_EQ(s[N + 0], 0.0f);
+  EXPECT_EQ(s[N + 1], bf16_to_float(logits[1 * Vl + 1]));
+  EXPECT_EQ(s[N + 2], 0.0f);
+  EXPECT_EQ(s[N + 3], 0.0f);
+  const auto got = d_dlogits.from_emulated();
+  for (int n : {0, 2, 3}) {
+    for (int j = 0; j < Vl; j++)
+      EXPECT_EQ(got[size_t(n) * Vl + j].bits, dlogits0[size_t(n) * Vl + j].bits)
+          << "row " << n << " column " << j;
+  }
+  EXPECT_NE(got[size_t(1) * Vl + 1].bits, dlogits0[size_t(1) * Vl + 1].bits);
 }
 
 }  // namespace

@@ -86,6 +86,21 @@ class RecordingBackend final : public Backend {
                               float) override {
     unused();
   }
+  void cross_entropy_shard_max(float*, const bf16*, int64_t, int, int, int64_t) override {
+    unused();
+  }
+  void cross_entropy_shard_sums(float*, const bf16*, const int32_t*, const float*, int64_t, int,
+                                int, int64_t) override {
+    unused();
+  }
+  void cross_entropy_shard_loss(float*, float*, const float*, const float*, const int32_t*,
+                                int64_t) override {
+    unused();
+  }
+  void cross_entropy_shard_backward(bf16*, const bf16*, const int32_t*, const float*, int64_t, int,
+                                    int, int64_t, float) override {
+    unused();
+  }
   double sum(const float*, int64_t) override { unused(); }
   double sum_squares(const bf16*, int64_t) override { unused(); }
   void scale(bf16*, float, int64_t) override { unused(); }

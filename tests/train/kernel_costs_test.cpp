@@ -155,6 +155,29 @@ class CountingBackend : public Backend {
     calls["cross_entropy_backward"]++;
     inner_->cross_entropy_backward(dlogits, logits, targets, N, V, Vp, dloss);
   }
+  void cross_entropy_shard_max(float* row_max, const bf16* logits, int64_t N, int V, int Vl,
+                               int64_t vocab_begin) override {
+    calls["cross_entropy_shard_max"]++;
+    inner_->cross_entropy_shard_max(row_max, logits, N, V, Vl, vocab_begin);
+  }
+  void cross_entropy_shard_sums(float* sums, const bf16* logits, const int32_t* targets,
+                                const float* row_max, int64_t N, int V, int Vl,
+                                int64_t vocab_begin) override {
+    calls["cross_entropy_shard_sums"]++;
+    inner_->cross_entropy_shard_sums(sums, logits, targets, row_max, N, V, Vl, vocab_begin);
+  }
+  void cross_entropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sums,
+                                const int32_t* targets, int64_t N) override {
+    calls["cross_entropy_shard_loss"]++;
+    inner_->cross_entropy_shard_loss(losses, lse, row_max, sums, targets, N);
+  }
+  void cross_entropy_shard_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                    const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin,
+                                    float dloss) override {
+    calls["cross_entropy_shard_backward"]++;
+    inner_->cross_entropy_shard_backward(dlogits, logits, targets, lse, N, V, Vl, vocab_begin,
+                                         dloss);
+  }
   double sum(const float* x, int64_t n) override { return calls["sum"]++, inner_->sum(x, n); }
   double sum_squares(const bf16* x, int64_t n) override {
     return calls["sum_squares"]++, inner_->sum_squares(x, n);

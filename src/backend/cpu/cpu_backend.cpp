@@ -136,6 +136,25 @@ class CpuBackend final : public BackendT<S> {
                               int Vp, float dloss) override {
     cpu::cross_entropy_backward(cx_, dlogits, logits, targets, N, V, Vp, dloss);
   }
+  void cross_entropy_shard_max(float* row_max, const S* logits, int64_t N, int V, int Vl,
+                               int64_t vocab_begin) override {
+    cpu::cross_entropy_shard_max(cx_, row_max, logits, N, V, Vl, vocab_begin);
+  }
+  void cross_entropy_shard_sums(float* sums, const S* logits, const int32_t* targets,
+                                const float* row_max, int64_t N, int V, int Vl,
+                                int64_t vocab_begin) override {
+    cpu::cross_entropy_shard_sums(cx_, sums, logits, targets, row_max, N, V, Vl, vocab_begin);
+  }
+  void cross_entropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sums,
+                                const int32_t* targets, int64_t N) override {
+    cpu::cross_entropy_shard_loss(cx_, losses, lse, row_max, sums, targets, N);
+  }
+  void cross_entropy_shard_backward(S* dlogits, const S* logits, const int32_t* targets,
+                                    const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin,
+                                    float dloss) override {
+    cpu::cross_entropy_shard_backward(cx_, dlogits, logits, targets, lse, N, V, Vl, vocab_begin,
+                                      dloss);
+  }
 
   double sum(const float* x, int64_t n) override { return cpu::sum(cx_, x, n); }
   double sum_squares(const S* x, int64_t n) override { return cpu::sum_squares(cx_, x, n); }

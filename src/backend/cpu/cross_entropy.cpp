@@ -1,6 +1,11 @@
 // Softmax cross-entropy over the first V of Vp logit columns (the rest is vocab padding).
 // Each row's statistics take one pass over memory: the row goes through in chunks small
 // enough for L1, each chunk's max and Σ exp are folded into running values (online softmax).
+//
+// The vocab-parallel version (tensor parallelism, docs/PARALLEL.md) splits the same math into
+// stages with all-reduces between them (src/backend/backend.h): the max of a shard's columns,
+// then Σ exp(x − max) with the global max, then lse and the loss. Its Σ exp takes the same
+// 512-column chunks with the max already known, so no rescaling is needed.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -55,6 +60,47 @@ void check_targets(const int32_t* targets, int64_t N, int V) {
   }
 }
 
+// The number of real (non-padding) columns of a shard holding global columns
+// [vocab_begin, vocab_begin + Vl) of a vocabulary of V tokens.
+int real_columns(int V, int Vl, int64_t vocab_begin) {
+  return static_cast<int>(std::clamp<int64_t>(V - vocab_begin, 0, Vl));
+}
+
+void check_shard(const char* op, int64_t N, int V, int Vl, int64_t vocab_begin) {
+  COLLAGE_CHECK(N >= 0 && V >= 1 && Vl >= 0 && vocab_begin >= 0,
+                "{}: bad shape N = {}, V = {}, Vl = {}, vocab_begin = {}", op, N, V, Vl,
+                vocab_begin);
+}
+
+// max_{j<n} x[j] in fp32; −inf for n = 0.
+template <typename S>
+float max_of_columns(const S* x, int n) {
+  float chunk[kChunk];
+  float running_max = -std::numeric_limits<float>::infinity();
+  for (int c0 = 0; c0 < n; c0 += kChunk) {
+    const int count = std::min(kChunk, n - c0);
+    widen(x + c0, chunk, count);
+    running_max = std::max(running_max, max_value(chunk, count));
+  }
+  return running_max;
+}
+
+// Σ_{j<n} exp_approx(x[j] − max) in fp32, chunk by chunk as log_sum_exp adds them.
+template <typename S>
+float sum_exp_of_columns(const S* x, int n, float max) {
+  float chunk[kChunk];
+  float running_sum = 0.0f;
+  for (int c0 = 0; c0 < n; c0 += kChunk) {
+    const int count = std::min(kChunk, n - c0);
+    widen(x + c0, chunk, count);
+    float chunk_sum = 0.0f;
+#pragma omp simd reduction(+ : chunk_sum)
+    for (int j = 0; j < count; j++) chunk_sum += exp_approx(chunk[j] - max);
+    running_sum += chunk_sum;
+  }
+  return running_sum;
+}
+
 }  // namespace
 
 template <typename S>
@@ -91,6 +137,78 @@ void cross_entropy_backward(CpuContext& cx, S* dlogits, const S* logits, const i
   }
 }
 
+template <typename S>
+void cross_entropy_shard_max(CpuContext& cx, float* row_max, const S* logits, int64_t N, int V,
+                             int Vl, int64_t vocab_begin) {
+  check_shard("cross_entropy_shard_max", N, V, Vl, vocab_begin);
+  const int real = real_columns(V, Vl, vocab_begin);
+#pragma omp parallel for schedule(static) num_threads(cx.threads)
+  for (int64_t row = 0; row < N; row++) row_max[row] = max_of_columns(logits + row * Vl, real);
+}
+
+template <typename S>
+void cross_entropy_shard_sums(CpuContext& cx, float* sums, const S* logits, const int32_t* targets,
+                              const float* row_max, int64_t N, int V, int Vl, int64_t vocab_begin) {
+  check_shard("cross_entropy_shard_sums", N, V, Vl, vocab_begin);
+  check_targets(targets, N, V);
+  const int real = real_columns(V, Vl, vocab_begin);
+  float* sum_exp = sums;           // (N)
+  float* target_logit = sums + N;  // (N)
+#pragma omp parallel for schedule(static) num_threads(cx.threads)
+  for (int64_t row = 0; row < N; row++) {
+    const S* x = logits + row * Vl;  // (Vl)
+    sum_exp[row] = sum_exp_of_columns(x, real, row_max[row]);
+    const int64_t local_target = int64_t(targets[row]) - vocab_begin;  // column in this shard
+    const bool owned = targets[row] >= 0 && local_target >= 0 && local_target < real;
+    target_logit[row] = owned ? load(x[local_target]) : 0.0f;
+  }
+}
+
+void cross_entropy_shard_loss(CpuContext& cx, float* losses, float* lse, const float* row_max,
+                              const float* sums, const int32_t* targets, int64_t N) {
+  COLLAGE_CHECK(N >= 0, "cross_entropy_shard_loss: bad N = {}", N);
+  const float* sum_exp = sums;           // (N), all-reduced
+  const float* target_logit = sums + N;  // (N), all-reduced
+#pragma omp parallel for schedule(static) num_threads(cx.threads)
+  for (int64_t row = 0; row < N; row++) {
+    if (targets[row] < 0) {
+      losses[row] = lse[row] = 0.0f;
+      continue;
+    }
+    // The expressions of log_sum_exp and cross_entropy_forward.
+    const float row_lse = row_max[row] + std::log(sum_exp[row]);
+    lse[row] = row_lse;
+    losses[row] = row_lse - target_logit[row];
+  }
+}
+
+template <typename S>
+void cross_entropy_shard_backward(CpuContext& cx, S* dlogits, const S* logits,
+                                  const int32_t* targets, const float* lse, int64_t N, int V,
+                                  int Vl, int64_t vocab_begin, float dloss) {
+  check_shard("cross_entropy_shard_backward", N, V, Vl, vocab_begin);
+  check_targets(targets, N, V);
+  if (!dlogits) return;  // null gradient: not computed
+  const int real = real_columns(V, Vl, vocab_begin);
+#pragma omp parallel for schedule(static) num_threads(cx.threads)
+  for (int64_t row = 0; row < N; row++) {
+    const int32_t target = targets[row];
+    if (target < 0) continue;        // ignored rows and padding columns get nothing
+    const S* x = logits + row * Vl;  // (Vl)
+    S* dx = dlogits + row * Vl;      // (Vl)
+    const int64_t local_target = int64_t(target) - vocab_begin;
+    if (local_target < 0 || local_target >= real) {  // the target is another rank's column
+      add_scaled_softmax(dx, x, 0, real, lse[row], dloss);
+      continue;
+    }
+    // As cross_entropy_backward: the target column apart, so the loops have no condition.
+    const int t = static_cast<int>(local_target);
+    add_scaled_softmax(dx, x, 0, t, lse[row], dloss);
+    store(dx[t], load(dx[t]) + (exp_approx(load(x[t]) - lse[row]) - 1.0f) * dloss);
+    add_scaled_softmax(dx, x, t + 1, real, lse[row], dloss);
+  }
+}
+
 template void cross_entropy_forward(CpuContext&, float*, const bf16*, const int32_t*, int64_t, int,
                                     int);
 template void cross_entropy_forward(CpuContext&, float*, const float*, const int32_t*, int64_t, int,
@@ -99,5 +217,17 @@ template void cross_entropy_backward(CpuContext&, bf16*, const bf16*, const int3
                                      int, float);
 template void cross_entropy_backward(CpuContext&, float*, const float*, const int32_t*, int64_t,
                                      int, int, float);
+
+template void cross_entropy_shard_max(CpuContext&, float*, const bf16*, int64_t, int, int, int64_t);
+template void cross_entropy_shard_max(CpuContext&, float*, const float*, int64_t, int, int,
+                                      int64_t);
+template void cross_entropy_shard_sums(CpuContext&, float*, const bf16*, const int32_t*,
+                                       const float*, int64_t, int, int, int64_t);
+template void cross_entropy_shard_sums(CpuContext&, float*, const float*, const int32_t*,
+                                       const float*, int64_t, int, int, int64_t);
+template void cross_entropy_shard_backward(CpuContext&, bf16*, const bf16*, const int32_t*,
+                                           const float*, int64_t, int, int, int64_t, float);
+template void cross_entropy_shard_backward(CpuContext&, float*, const float*, const int32_t*,
+                                           const float*, int64_t, int, int, int64_t, float);
 
 }  // namespace collage::cpu

@@ -63,6 +63,20 @@ void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const
 template <typename S>
 void cross_entropy_backward(CpuContext& cx, S* dlogits, const S* logits, const int32_t* targets,
                             int64_t N, int V, int Vp, float dloss);
+// The vocab-parallel stages (backend.h): logits (N, Vl) hold global columns
+// [vocab_begin, vocab_begin + Vl), of which those < V are real.
+template <typename S>
+void cross_entropy_shard_max(CpuContext& cx, float* row_max, const S* logits, int64_t N, int V,
+                             int Vl, int64_t vocab_begin);
+template <typename S>
+void cross_entropy_shard_sums(CpuContext& cx, float* sums, const S* logits, const int32_t* targets,
+                              const float* row_max, int64_t N, int V, int Vl, int64_t vocab_begin);
+void cross_entropy_shard_loss(CpuContext& cx, float* losses, float* lse, const float* row_max,
+                              const float* sums, const int32_t* targets, int64_t N);
+template <typename S>
+void cross_entropy_shard_backward(CpuContext& cx, S* dlogits, const S* logits,
+                                  const int32_t* targets, const float* lse, int64_t N, int V,
+                                  int Vl, int64_t vocab_begin, float dloss);
 
 template <typename S>
 void optimizer_step(CpuContext& cx, const OptimizerStep& step);

@@ -38,6 +38,8 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return name_; }
+  // The stream every op queues on (the emulator's stream object under emulation).
+  void* stream_handle() const override { return static_cast<void*>(cx_.stream); }
 
   // ---- memory ----
   void* allocate(size_t bytes) override {
@@ -175,6 +177,25 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
                               int V, int Vp, float dloss) override {
     cuda::cross_entropy_backward(cx_, dev(dlogits), dev(logits), targets, N, V, Vp, dloss);
+  }
+  void cross_entropy_shard_max(float* row_max, const bf16* logits, int64_t N, int V, int Vl,
+                               int64_t vocab_begin) override {
+    cuda::cross_entropy_shard_max(cx_, row_max, dev(logits), N, V, Vl, vocab_begin);
+  }
+  void cross_entropy_shard_sums(float* sums, const bf16* logits, const int32_t* targets,
+                                const float* row_max, int64_t N, int V, int Vl,
+                                int64_t vocab_begin) override {
+    cuda::cross_entropy_shard_sums(cx_, sums, dev(logits), targets, row_max, N, V, Vl, vocab_begin);
+  }
+  void cross_entropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sums,
+                                const int32_t* targets, int64_t N) override {
+    cuda::cross_entropy_shard_loss(cx_, losses, lse, row_max, sums, targets, N);
+  }
+  void cross_entropy_shard_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                    const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin,
+                                    float dloss) override {
+    cuda::cross_entropy_shard_backward(cx_, dev(dlogits), dev(logits), targets, lse, N, V, Vl,
+                                       vocab_begin, dloss);
   }
 
   // The two reads of a training step (the loss and the gradient norm): the host waits here.
