@@ -12,10 +12,12 @@
 //    element, the sum (max) over the ranks of their inputs.
 //  - reduce_scatter_sum(send, receive, count_per_rank): `send` holds size()·count_per_rank
 //    elements on every rank; rank r receives in `receive` (count_per_rank elements) the sum
-//    over ranks of send[r·count_per_rank, (r+1)·count_per_rank). send and receive must not
-//    overlap.
+//    over ranks of send[r·count_per_rank, (r+1)·count_per_rank). receive is either disjoint from
+//    send or exactly send + r·count_per_rank (in place: ZeRO-1 reduces each rank's shard of the
+//    gradient memory where it lies).
 //  - all_gather(send, receive, bytes_per_rank): receive holds size()·bytes_per_rank bytes,
-//    rank-ordered: rank r's `send` lands at receive + r·bytes_per_rank.
+//    rank-ordered: rank r's `send` lands at receive + r·bytes_per_rank. send is either disjoint
+//    from receive or exactly receive + r·bytes_per_rank (in place).
 //  - broadcast(data, bytes, root): every rank's `data` becomes root's (root: rank in group).
 //  - barrier(): returns on a rank once every rank of the group has called it.
 //  - bf16 sums (all_reduce_sum, reduce_scatter_sum): each element is summed in fp32 over the

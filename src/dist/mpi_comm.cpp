@@ -4,12 +4,20 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "dist/rank_watchdog.h"
 
 namespace collage {
 
@@ -68,10 +76,17 @@ class MpiComm final : public Comm {
   }
 
   void reduce_scatter_sum(const float* send, float* receive, int64_t count_per_rank) override {
-    check_mpi(
-        MPI_Reduce_scatter_block(send, receive, mpi_count(count_per_rank, "reduce_scatter_sum"),
-                                 MPI_FLOAT, MPI_SUM, group_),
-        "MPI_Reduce_scatter_block (float sum)");
+    const int count = mpi_count(count_per_rank, "reduce_scatter_sum");
+    if (receive == send + count_per_rank * rank_) {
+      // In place (comm.h): MPI_IN_PLACE leaves the result at the start of the buffer.
+      float* buffer = const_cast<float*>(send);
+      check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, group_),
+                "MPI_Reduce_scatter_block (float sum, in place)");
+      if (rank_ != 0) std::memmove(receive, buffer, size_t(count_per_rank) * sizeof(float));
+      return;
+    }
+    check_mpi(MPI_Reduce_scatter_block(send, receive, count, MPI_FLOAT, MPI_SUM, group_),
+              "MPI_Reduce_scatter_block (float sum)");
   }
   void reduce_scatter_sum(const bf16* send, bf16* receive, int64_t count_per_rank) override {
     const int count = mpi_count(count_per_rank, "reduce_scatter_sum");
@@ -88,7 +103,10 @@ class MpiComm final : public Comm {
 
   void all_gather(const void* send, void* receive, int64_t bytes_per_rank) override {
     const int bytes = mpi_count(bytes_per_rank, "all_gather");
-    check_mpi(MPI_Allgather(send, bytes, MPI_BYTE, receive, bytes, MPI_BYTE, group_),
+    // In place (comm.h): this rank's part already sits at its place in `receive`.
+    const bool in_place = send == static_cast<const char*>(receive) + bytes_per_rank * rank_;
+    check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send, bytes, MPI_BYTE, receive, bytes,
+                            MPI_BYTE, group_),
               "MPI_Allgather");
   }
   void broadcast(void* data, int64_t bytes, int root) override {
@@ -130,16 +148,73 @@ MpiSession::MpiSession() {
   check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
   if (initialized) return;  // someone else owns MPI's lifetime
   int provided = 0;
-  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   if (provided < MPI_THREAD_FUNNELED) {
     MPI_Finalize();
     fail("MPI: the library gives thread level {}, the trainer needs MPI_THREAD_FUNNELED", provided);
   }
   active_ = true;
+  uncaught_exceptions_ = std::uncaught_exceptions();
 }
 
+namespace {
+
+// MPI_Finalize waits for every rank (Open MPI 4.1 synchronises all ranks in it: measured, one
+// rank 10 s late holds the others 10 s). After the watchdog's closing handshake every rank is on
+// its way here, but one that stalls in between would hang the others in this wait with no
+// watchdog left to notice: past `timeout_seconds`, end this rank with status 1 instead, and
+// mpirun ends the job. timeout_seconds == 0: unbounded.
+void finalize_within(double timeout_seconds) {
+  if (timeout_seconds <= 0) {
+    MPI_Finalize();
+    return;
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::mutex mutex;
+  std::condition_variable finalized_changed;
+  bool finalized = false;
+  std::thread guard([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    const auto timeout = std::chrono::duration<double>(timeout_seconds);
+    if (finalized_changed.wait_for(lock, timeout, [&] { return finalized; })) return;
+    fmt::print(stderr,
+               "collage: error: rank {} (of {}): MPI_Finalize has waited {} s for the other "
+               "ranks: one of them died or stalled after the rank watchdog stopped; ending the "
+               "job\n",
+               rank, size, timeout_seconds);
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
+  MPI_Finalize();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    finalized = true;
+  }
+  finalized_changed.notify_one();
+  guard.join();
+}
+
+}  // namespace
+
 MpiSession::~MpiSession() {
-  if (active_) MPI_Finalize();
+  if (!active_) return;
+  if (std::uncaught_exceptions() > uncaught_exceptions_) {
+    // This rank is failing; the others may be blocked in a collective waiting for it, and
+    // MPI_Finalize would wait for them (see the class comment).
+    abandon_rank_watchdog();
+    return;
+  }
+  const double timeout_seconds = rank_watchdog_timeout();
+  try {
+    stop_rank_watchdog();
+  } catch (const Error& e) {
+    // A destructor cannot throw; an MPI call failing here has no one left to tell but stderr.
+    fmt::print(stderr, "collage: error: {}\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  finalize_within(timeout_seconds);
 }
 
 MpiGroups split_rank_groups(int tensor_parallel, const char* who) {

@@ -16,9 +16,16 @@ bool launched_by_mpirun();
 // MPI; 1 when not launched by mpirun.
 int launched_world_size();
 
-// MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI) on construction and
-// MPI_Finalize on destruction, when launched_by_mpirun(); otherwise does nothing, and
-// active() is false.
+// MPI's lifetime, when launched_by_mpirun(); otherwise does nothing, and active() is false.
+// Construction: MPI_Init_thread asking for MPI_THREAD_MULTIPLE (the rank watchdog's heartbeat
+// thread calls MPI beside the main thread, src/dist/rank_watchdog.h); fails below
+// MPI_THREAD_FUNNELED, which is all the rest needs.
+// Destruction, normally: stop_rank_watchdog() (collective), then MPI_Finalize, which waits for
+// every rank; while the watchdog ran, that wait is bounded by its timeout (past it this rank
+// exits with status 1, and mpirun ends the job).
+// Destruction during an exception (this rank is failing): no MPI_Finalize, which would wait
+// for ranks that are waiting for this one in a collective. The watchdog thread is abandoned and
+// the process exits non-zero after printing its error; mpirun then ends the job.
 class MpiSession {
  public:
   MpiSession();
@@ -29,6 +36,7 @@ class MpiSession {
 
  private:
   bool active_ = false;
+  int uncaught_exceptions_ = 0;  // at construction: more at destruction means unwinding
 };
 
 // Throws collage::Error naming `what` and MPI's message when status is not MPI_SUCCESS.

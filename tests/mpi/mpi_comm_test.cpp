@@ -141,6 +141,35 @@ TEST(MpiComm, AllGatherIsRankOrdered) {
   }
 }
 
+// ZeRO-1's use (comm.h): each rank's slice reduced where it lies in the whole buffer, and the
+// updated slices gathered in place.
+TEST(MpiComm, ReduceScatterAndAllGatherInPlace) {
+  auto comm = world();
+  const int W = comm->size(), r = comm->rank();
+  const int64_t per_rank = 5;
+  std::vector<float> f(size_t(per_rank * W));
+  std::vector<bf16> b(f.size());
+  for (size_t i = 0; i < f.size(); i++) {
+    f[i] = float(i + 1) * float(r + 1);
+    b[i] = float_to_bf16(float(i % 7 + r));
+  }
+  comm->reduce_scatter_sum(f.data(), f.data() + per_rank * r, per_rank);
+  comm->reduce_scatter_sum(b.data(), b.data() + per_rank * r, per_rank);
+  for (int64_t k = 0; k < per_rank; k++) {
+    const int64_t i = per_rank * r + k;
+    EXPECT_EQ(f[size_t(i)], float(i + 1) * float(rank_sum(W)));
+    float want = 0;
+    for (int q = 0; q < W; q++) want += float(i % 7 + q);
+    EXPECT_EQ(bf16_to_float(b[size_t(i)]), want);
+  }
+  // In-place all-gather: every rank's slice (here: its rank) everywhere.
+  std::vector<int32_t> gathered(size_t(per_rank * W), -1);
+  std::fill_n(gathered.begin() + per_rank * r, per_rank, r);
+  comm->all_gather(gathered.data() + per_rank * r, gathered.data(),
+                   per_rank * int64_t(sizeof(int32_t)));
+  for (size_t i = 0; i < gathered.size(); i++) EXPECT_EQ(gathered[i], int32_t(i / per_rank));
+}
+
 TEST(MpiComm, BroadcastFromTheLastRank) {
   auto comm = world();
   const int r = comm->rank(), W = comm->size();
