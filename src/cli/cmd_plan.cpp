@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/gpt.h"
 #include "optim/memory_report.h"
+#include "train/comm_plan.h"
 #include "train/kernel_costs.h"
 #include "train/memory_plan.h"
 
@@ -29,8 +30,9 @@ struct PlanOptions {
 };
 
 int64_t parameter_count(const ModelConfig& model, int tp) {
-  const std::vector<ParameterInfo> table = GPT::parameter_table(model, tp);
-  return table.back().offset + table.back().numel;
+  int64_t count = 0;
+  for (const ParameterInfo& info : GPT::parameter_table(model, tp)) count += info.numel;
+  return count;
 }
 
 std::string plan(const PlanOptions& o) {
@@ -44,11 +46,10 @@ std::string plan(const PlanOptions& o) {
   validate_config(config, origin, o.data_parallel);  // heads and ffn must split, batch divide
   const int tp = config.parallel.tensor_parallel, dp = o.data_parallel;
   const ModelConfig& m = config.model;
-  // The GPT runs tensor-parallel 1 only so far (src/model/gpt.cpp), so a tp > 1 kernel list
-  // would describe code that does not exist yet.
+  // The kernel cost model describes the tensor-parallel-1 kernels (train/kernel_costs.h).
   COLLAGE_CHECK(!o.kernels || tp == 1,
-                "{}: --kernels models tensor-parallel 1 only (the GPT does not run tensor-parallel "
-                "yet); plan it without --tensor-parallel {} or without --kernels",
+                "{}: --kernels models tensor-parallel 1 only; plan it without --tensor-parallel {} "
+                "or without --kernels",
                 origin, tp);
 
   std::string out = fmt::format(
@@ -67,11 +68,23 @@ std::string plan(const PlanOptions& o) {
       "\nActivations: the trainer's activation arena for one micro-batch (every layer's saved\n"
       "activations and the backward's scratch, no recomputation); on cuda, the cuBLASLt\n"
       "workspace (32 MiB), NCCL's buffers and the kernels' scratch (a few MB) come on top.\n";
-  if (dp > 1)
-    out +=
-        "Data-parallel > 1 assumes ZeRO-1 (optimizer state sharded over the data-parallel\n"
-        "ranks), which arrives with the parallelism issue; until then each rank holds the\n"
-        "state of data-parallel 1.\n";
+  if (dp > 1 && config.parallel.zero == 0)
+    out += fmt::format(
+        "Every data-parallel rank holds the whole optimizer state; --set parallel.zero=1 shards\n"
+        "it over the {} data-parallel ranks (ZeRO-1).\n",
+        dp);
+
+  const CommPlan comm = plan_communication(config, tp, dp);
+  out += fmt::format(
+      "\nCommunication per training step and rank (payload handed to the collectives; a ring "
+      "all-reduce\nmoves about 2(n-1)/n of it over the wire):\n"
+      "  tensor-parallel group   {:>10}  in {} collectives\n"
+      "  data-parallel group     {:>10}  in {} collectives{}\n",
+      format_bytes(double(comm.tp_bytes)), comm.tp_calls, format_bytes(double(comm.dp_bytes)),
+      comm.dp_calls,
+      dp > 1 ? (config.parallel.zero == 1 ? " (ZeRO-1: reduce-scatter + all-gather)"
+                                          : " (gradient all-reduce)")
+             : "");
 
   if (!o.memory.empty()) {
     const double budget = parse_bytes(o.memory);

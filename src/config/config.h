@@ -101,7 +101,13 @@ struct ParallelConfig {
   // auto (cuda when a GPU can be used, else cpu) | cpu | cuda | cuda-emulated (the cuda
   // backend's kernels run on the CPU by the host SIMT emulator: slow, for checking kernels)
   std::string backend = "cpu";
+  // Ranks per tensor-parallel group; the data-parallel size is the mpirun world size / this.
   int tensor_parallel = 1;
+  // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks (docs/PARALLEL.md).
+  int zero = 0;
+  // Seconds a rank may go silent (dead, stopped) before the job is ended, naming it; 0: no
+  // watchdog (e.g. to stop a rank in a debugger). docs/PARALLEL.md §6.
+  double comm_timeout = 30;
   int threads = 0;  // cpu threads per rank; 0 = all cores
 
   bool operator==(const ParallelConfig&) const = default;
@@ -114,6 +120,8 @@ struct LoggingConfig {
   // EDQ per layer group as well as globally: embeddings, h.0 ... h.{L-1}, head (ln_f and
   // an untied lm_head), grouped by parameter-name prefix; needs optimizer.edq.
   bool edq_groups = false;
+  // Under mpirun: every rank writes <dir>/rank_<r>.log (rank 0 always writes train.log).
+  bool all_ranks = false;
 
   bool operator==(const LoggingConfig&) const = default;
 };

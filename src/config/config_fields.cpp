@@ -57,12 +57,15 @@ std::vector<ConfigField> config_fields(Config& c) {
 
       {"parallel.backend", &c.parallel.backend},
       {"parallel.tensor_parallel", &c.parallel.tensor_parallel},
+      {"parallel.zero", &c.parallel.zero},
+      {"parallel.comm_timeout", &c.parallel.comm_timeout},
       {"parallel.threads", &c.parallel.threads},
 
       {"logging.dir", &c.logging.dir},
       {"logging.level", &c.logging.level},
       {"logging.progress", &c.logging.progress},
       {"logging.edq_groups", &c.logging.edq_groups},
+      {"logging.all_ranks", &c.logging.all_ranks},
 
       {"checkpoint.dir", &c.checkpoint.dir},
       {"checkpoint.interval", &c.checkpoint.interval},

@@ -145,6 +145,14 @@ void check_optimizer(const Checker& c, const OptimizerConfig& o) {
 void check_rest(const Checker& c, const Config& config) {
   c.one_of("parallel.backend", config.parallel.backend, {"auto", "cpu", "cuda", "cuda-emulated"});
   c.positive("parallel.tensor_parallel", config.parallel.tensor_parallel);
+  if (config.parallel.zero != 0 && config.parallel.zero != 1)
+    c.reject("parallel.zero",
+             "{} is not 0 (off) or 1 (ZeRO-1: optimizer state sharded over data "
+             "parallelism)",
+             config.parallel.zero);
+  if (!(config.parallel.comm_timeout == 0 || config.parallel.comm_timeout >= 1))
+    c.reject("parallel.comm_timeout", "{} is not 0 (no watchdog) or a number of seconds >= 1",
+             config.parallel.comm_timeout);
   c.non_negative("parallel.threads", config.parallel.threads);
   if (config.logging.dir.empty()) c.reject("logging.dir", "empty");
   c.one_of("logging.level", config.logging.level,

@@ -7,12 +7,14 @@ namespace collage {
 
 template <typename Storage>
 GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch,
-                    int seq_len, ParallelLayout layout)
+                    int seq_len, ParallelLayout layout, Comm* tensor_parallel,
+                    int64_t memory_multiple)
     : config_(config),
       backend_(backend),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       layout_(layout),
+      tp_comm_(tensor_parallel),
       rope_(config.position_embedding == "rope"),
       C_(config.hidden_size),
       NH_(config.n_head),
@@ -21,9 +23,13 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
       V_(config.vocab_size),
       Vp_(config.padded_vocab(layout.tp)) {
   table_ = gpt_parameter_table(config, layout.tp);  // validates the config
-  COLLAGE_CHECK(layout.tp == 1 && layout.tp_rank == 0,
-                "parallel.tensor_parallel: {} (rank {}) is not supported by the GPT yet", layout.tp,
-                layout.tp_rank);
+  COLLAGE_CHECK(layout.tp_rank >= 0 && layout.tp_rank < layout.tp,
+                "GPT: tensor-parallel rank {} outside [0, {})", layout.tp_rank, layout.tp);
+  COLLAGE_CHECK(layout.tp == 1 || (tensor_parallel && tensor_parallel->size() == layout.tp &&
+                                   tensor_parallel->rank() == layout.tp_rank),
+                "GPT: parallel.tensor_parallel {} needs the tensor-parallel group's Comm of {} "
+                "ranks with this rank {} in it",
+                layout.tp, layout.tp, layout.tp_rank);
   COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
   COLLAGE_CHECK(seq_len >= 1 && seq_len <= config.max_position_embeddings,
                 "data.seq_len: {} must be in [1, model.max_position_embeddings = {}]", seq_len,
@@ -32,13 +38,15 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
   local_ffn_ = F_ / layout.tp;
   vocab_begin_ = int64_t{layout.tp_rank} * (Vp_ / layout.tp);
   vocab_end_ = vocab_begin_ + Vp_ / layout.tp;
-  num_parameters_ = table_.back().offset + table_.back().numel;
+  for (const ParameterInfo& info : table_) num_parameters_ += info.numel;
+  memory_elements_ = padded_elements(num_parameters_, memory_multiple);
+  replicated_ = collage::replicated_region(table_, layout.tp);
 
-  const size_t param_bytes = static_cast<size_t>(num_parameters_) * sizeof(Storage);
+  const size_t param_bytes = static_cast<size_t>(memory_elements_) * sizeof(Storage);
   param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");
-  params_ = param_arena_->take<Storage>(num_parameters_);
+  params_ = param_arena_->take<Storage>(memory_elements_);
   grad_arena_ = std::make_unique<Arena>(backend, param_bytes, "gradients");
-  grads_ = grad_arena_->take<Storage>(num_parameters_);
+  grads_ = grad_arena_->take<Storage>(memory_elements_);
   weights_ = bind_weights(params_);
   grad_weights_ = bind_weights(grads_);
 
@@ -46,6 +54,12 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
   act_arena_ = std::make_unique<Arena>(
       backend, planned_activation_bytes(config, micro_batch, seq_len, layout.tp), "activations");
   acts_ = plan_activations(config, micro_batch, seq_len, layout.tp, *act_arena_);
+}
+
+template <typename Storage>
+int64_t GptT<Storage>::padded_elements(int64_t num_parameters, int64_t memory_multiple) {
+  COLLAGE_CHECK(memory_multiple >= 1, "GPT: memory multiple {} must be >= 1", memory_multiple);
+  return (num_parameters + memory_multiple - 1) / memory_multiple * memory_multiple;
 }
 
 template <typename Storage>
@@ -97,6 +111,11 @@ GptActivations<Storage> GptT<Storage>::plan_activations(const ModelConfig& confi
   a.lnf_rstd = take_f32(N);
   a.logits = take(N * Vl);
   a.losses = take_f32(N);
+  if (tp > 1) {
+    a.row_max = take_f32(N);
+    a.row_sums = take_f32(2 * N);
+    a.row_lse = take_f32(N);
+  }
 
   a.dresidual = take(N * C);
   a.dlogits = take(N * Vl);
@@ -144,7 +163,11 @@ typename GptT<Storage>::Loss GptT<Storage>::forward(const int32_t* tokens, const
   be.copy_to_device(a.tokens, tokens, N * sizeof(int32_t));
   if (targets) be.copy_to_device(a.targets, targets, N * sizeof(int32_t));
 
-  be.embedding_forward(a.encoded, a.tokens, w.wte, w.wpe, B, T, C, vocab_begin_, vocab_end_);
+  // Vocab-parallel: each rank looks up the tokens of its rows (zeros elsewhere), rank 0 adds
+  // the positions, and the sum over the TP group is the embedding.
+  const Storage* wpe = layout_.tp_rank == 0 ? w.wpe : nullptr;
+  be.embedding_forward(a.encoded, a.tokens, w.wte, wpe, B, T, C, vocab_begin_, vocab_end_);
+  all_reduce_tp(a.encoded, N * C);
   // Each residual add is fused with the layernorm that reads its result (the next branch's
   // input): the MLP's ln_2, the next layer's ln_1, or ln_f after the last layer.
   be.layernorm_forward(a.layers[0].ln1, a.layers[0].ln1_mean, a.layers[0].ln1_rstd, a.encoded,
@@ -161,15 +184,18 @@ typename GptT<Storage>::Loss GptT<Storage>::forward(const int32_t* tokens, const
       attention_in = la.qkv_rope;
     }
     be.attention_forward(la.atty, la.att_lse, attention_in, nullptr, true, B, T, NHl, HS);
-    // (tp > 1 later: all-reduce branch_out here, with the replicated bias added once)
-    be.matmul_forward(a.branch_out, la.atty, lw.proj_w, lw.proj_b, N, Cl, C);
+    // Row-parallel: partial sums over this rank's heads, the bias added once (rank 0).
+    const bool add_bias = layout_.tp_rank == 0;
+    be.matmul_forward(a.branch_out, la.atty, lw.proj_w, add_bias ? lw.proj_b : nullptr, N, Cl, C);
+    all_reduce_tp(a.branch_out, N * C);
     // residual2 = x + attention; ln2 = layernorm(residual2)
     be.residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, x, a.branch_out,
                                   lw.ln2_w, lw.ln2_b, N, C, eps);
     // MLP branch
     be.matmul_forward(la.fch, la.ln2, lw.fc1_w, lw.fc1_b, N, C, Fl);  // (N, F)
     be.gelu_forward(la.fch_gelu, la.fch, N * Fl);
-    be.matmul_forward(a.branch_out, la.fch_gelu, lw.fc2_w, lw.fc2_b, N, Fl, C);
+    be.matmul_forward(a.branch_out, la.fch_gelu, lw.fc2_w, add_bias ? lw.fc2_b : nullptr, N, Fl, C);
+    all_reduce_tp(a.branch_out, N * C);
     // residual3 = residual2 + MLP; then the layernorm that reads it
     const bool last = l + 1 == config_.n_layer;
     Storage* next_ln = last ? a.lnf : a.layers[l + 1].ln1;
@@ -186,7 +212,7 @@ typename GptT<Storage>::Loss GptT<Storage>::forward(const int32_t* tokens, const
   last_B_ = 0;
   Loss loss;
   if (!targets) return loss;
-  be.cross_entropy_forward(a.losses, a.logits, a.targets, N, V_, Vl);
+  loss_forward(N);
   loss.sum = be.sum(a.losses, N);
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
   last_B_ = B;
@@ -210,9 +236,15 @@ void GptT<Storage>::backward(float dloss) {
   be.zero(a.layer_scratch, a.layer_scratch_bytes);
 
   // head: logits = lnf · headᵀ, then the final layernorm
-  be.cross_entropy_backward(a.dlogits, a.logits, a.targets, N, V_, Vl, dloss);
+  if (layout_.tp == 1) {
+    be.cross_entropy_backward(a.dlogits, a.logits, a.targets, N, V_, Vl, dloss);
+  } else {
+    be.cross_entropy_shard_backward(a.dlogits, a.logits, a.targets, a.row_lse, N, V_, Vl,
+                                    vocab_begin_, dloss);
+  }
   Storage* dlnf = a.dln1;  // scratch, zero
   be.matmul_backward(dlnf, g.head, nullptr, a.dlogits, a.lnf, w.head, N, C, Vl);
+  all_reduce_tp(dlnf, N * C);  // the head is column-parallel: its input's gradient sums
   const Storage* x_last = a.layers.back().residual3;
   be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, dlnf, x_last, w.lnf_w, a.lnf_mean,
                         a.lnf_rstd, N, C);
@@ -230,6 +262,7 @@ void GptT<Storage>::backward(float dloss) {
                        C);
     be.gelu_backward(a.dfch, la.fch, a.dfch_gelu, N * Fl);
     be.matmul_backward(a.dln2, lg.fc1_w, lg.fc1_b, a.dfch, la.ln2, lw.fc1_w, N, C, Fl);
+    all_reduce_tp(a.dln2, N * C);  // fc1 is column-parallel
     be.layernorm_backward(a.dresidual, lg.ln2_w, lg.ln2_b, a.dln2, la.residual2, lw.ln2_w,
                           la.ln2_mean, la.ln2_rstd, N, C);
     // attention branch
@@ -240,10 +273,42 @@ void GptT<Storage>::backward(float dloss) {
                           B, T, NHl, HS);
     if (rope_) be.rope_backward(a.dqkv, a.dqkv_rope, B, T, NHl, HS, config_.rope_base);
     be.matmul_backward(a.dln1, lg.qkv_w, lg.qkv_b, a.dqkv, la.ln1, lw.qkv_w, N, C, C3);
+    all_reduce_tp(a.dln1, N * C);  // QKV is column-parallel
     be.layernorm_backward(a.dresidual, lg.ln1_w, lg.ln1_b, a.dln1, x, lw.ln1_w, la.ln1_mean,
                           la.ln1_rstd, N, C);
   }
   be.embedding_backward(g.wte, g.wpe, a.dresidual, a.tokens, B, T, C, vocab_begin_, vocab_end_);
+}
+
+template <typename Storage>
+void GptT<Storage>::loss_forward(int64_t N) {
+  GptActivations<Storage>& a = acts_;
+  BackendT<Storage>& be = backend_;
+  const int Vl = Vp_ / layout_.tp;
+  if (layout_.tp == 1) {
+    be.cross_entropy_forward(a.losses, a.logits, a.targets, N, V_, Vl);
+    return;
+  }
+  // Vocab-parallel (Megatron): the row max over every rank's columns, then Σ exp(x − max) and
+  // the target's logit (owned by one rank, 0 on the others) summed over the ranks.
+  be.cross_entropy_shard_max(a.row_max, a.logits, N, V_, Vl, vocab_begin_);
+  tp_comm_->all_reduce_max(a.row_max, N);
+  be.cross_entropy_shard_sums(a.row_sums, a.logits, a.targets, a.row_max, N, V_, Vl, vocab_begin_);
+  tp_comm_->all_reduce_sum(a.row_sums, 2 * N);
+  be.cross_entropy_shard_loss(a.losses, a.row_lse, a.row_max, a.row_sums, a.targets, N);
+}
+
+template <typename Storage>
+void GptT<Storage>::all_reduce_tp(Storage* data, int64_t n) {
+  if (layout_.tp > 1) tp_comm_->all_reduce_sum(data, n);
+}
+
+template <typename Storage>
+void GptT<Storage>::all_reduce_replicated_gradients() {
+  if (layout_.tp == 1 || replicated_.size() == 0) return;
+  Storage* replicated = grads_ + replicated_.begin;
+  tp_comm_->all_reduce_sum(replicated, replicated_.size());
+  backend_.scale(replicated, 1.0f / float(layout_.tp), replicated_.size());
 }
 
 template class GptT<bf16>;

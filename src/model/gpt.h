@@ -20,6 +20,14 @@
 //   lm_head.weight          (Vp/tp, C)   untied only
 // Padding rows of wte/lm_head (token ids >= vocab_size) are initialised to zero; they never
 // receive a gradient (tokens are checked < vocab_size and the loss ignores padding columns).
+//
+// Tensor parallelism (tp > 1, Megatron's, docs/PARALLEL.md): QKV (by heads) and fc1 are
+// column-parallel, attention proj and fc2 row-parallel with one all-reduce of their output in
+// the forward (the replicated bias added by TP rank 0 only) and one of the column-parallel
+// inputs' gradients in the backward; the embedding is vocab-parallel (masked lookup + all-reduce,
+// wpe added by rank 0) and so is the loss (all-reduced row max, Σ exp and target logit). The
+// replicated tensors sit behind the sharded ones in memory (replicated_region()); their
+// gradients are all-reduced once per step by all_reduce_replicated_gradients().
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +36,7 @@
 #include "backend/arena.h"
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/comm.h"
 #include "model/gpt_activations.h"
 #include "model/parameter_info.h"
 
@@ -35,6 +44,8 @@ namespace collage {
 
 // The parameter table of a GPT split tp ways (validates the config; no backend needed).
 std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp = 1);
+// Where a table's replicated tensors lie in memory: one region when tp > 1, empty at tp = 1.
+ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp);
 
 template <typename Storage>
 class GptT {
@@ -47,14 +58,23 @@ class GptT {
   // micro_batch: the largest B forward() accepts; seq_len: the T every forward uses.
   // Allocates the parameter, gradient and activation arenas from `backend`, which must
   // outlive the model. Parameters start at zero: call init_weights or load_parameters.
+  // tp > 1 needs `tensor_parallel`, the TP group's Comm on this backend's memory (it must
+  // outlive the model). memory_multiple: the parameter and gradient memory holds
+  // num_parameters() rounded up to a multiple of it (zeros behind), so that ZeRO-1 can cut it
+  // into equal shards.
   GptT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch, int seq_len,
-       ParallelLayout layout = {});
+       ParallelLayout layout = {}, Comm* tensor_parallel = nullptr, int64_t memory_multiple = 1);
 
   // The parameter table without a backend (shapes per rank of a tp-way split).
   static std::vector<ParameterInfo> parameter_table(const ModelConfig& config, int tp = 1);
 
   const std::vector<ParameterInfo>& parameters() const { return table_; }
   int64_t num_parameters() const { return num_parameters_; }
+  // num_parameters() rounded up to the constructor's memory_multiple: the elements of
+  // parameter_memory() and gradient_memory().
+  int64_t memory_elements() const { return memory_elements_; }
+  // The replicated tensors' elements (empty at tp = 1).
+  ParameterRegion replicated_region() const { return replicated_; }
   Storage* parameter_memory() { return params_; }
   Storage* gradient_memory() { return grads_; }
   const Storage* parameter_memory() const { return params_; }
@@ -76,6 +96,10 @@ class GptT {
   // and zero_gradients() once per step. dloss = 1 / count gives the mean loss's gradient.
   void backward(float dloss);
   void zero_gradients();
+  // tp > 1: the gradients of the replicated tensors (layernorms, row-parallel biases, wpe),
+  // averaged over the TP group once per step, after the last backward: every TP rank computes
+  // them from the same replicated activations, and this keeps the copies identical.
+  void all_reduce_replicated_gradients();
 
   const Storage* logits() const { return acts_.logits; }  // (B·T, Vp/tp) of the last forward
 
@@ -88,6 +112,8 @@ class GptT {
   // memory planning (`collage plan`); validates the config like parameter_table().
   static size_t planned_activation_bytes(const ModelConfig& config, int micro_batch, int seq_len,
                                          int tp = 1);
+  // The elements of parameter/gradient memory for num_parameters and a memory_multiple.
+  static int64_t padded_elements(int64_t num_parameters, int64_t memory_multiple);
 
   const ModelConfig& config() const { return config_; }
   const ParallelLayout& layout() const { return layout_; }
@@ -111,11 +137,16 @@ class GptT {
   static GptActivations<Storage> plan_activations(const ModelConfig& config, int micro_batch,
                                                   int seq_len, int tp, Arena& arena);
   void check_tokens(const int32_t* tokens, const int32_t* targets, int B) const;
+  // The loss's forward: losses (N) from logits, whole vocab or vocab-parallel.
+  void loss_forward(int64_t N);
+  // Sums `data` over the TP group (a no-op at tp = 1).
+  void all_reduce_tp(Storage* data, int64_t n);
 
   ModelConfig config_;
   BackendT<Storage>& backend_;
   int micro_batch_, seq_len_;
   ParallelLayout layout_;
+  Comm* tp_comm_ = nullptr;
   bool rope_;
   int C_, NH_, HS_, F_, V_, Vp_;     // full sizes
   int local_heads_, local_ffn_;      // per-rank sizes
@@ -123,6 +154,8 @@ class GptT {
 
   std::vector<ParameterInfo> table_;
   int64_t num_parameters_ = 0;
+  int64_t memory_elements_ = 0;
+  ParameterRegion replicated_;
   std::unique_ptr<Arena> param_arena_, grad_arena_, act_arena_;
   Storage* params_ = nullptr;
   Storage* grads_ = nullptr;

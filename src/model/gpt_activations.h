@@ -38,6 +38,10 @@ struct GptActivations {
   float* lnf_rstd = nullptr;      // (N)
   Storage* logits = nullptr;      // (N, Vl)
   float* losses = nullptr;        // (N) per-token loss, 0 for ignored targets
+  // vocab-parallel loss (tp > 1 only, else null): the row statistics all-reduced between stages
+  float* row_max = nullptr;   // (N) max logit of the row over the whole vocabulary
+  float* row_sums = nullptr;  // (2N) Σ exp(logit − max) | the target's logit
+  float* row_lse = nullptr;   // (N) log-sum-exp, saved for the backward
 
   // ---- backward scratch (ops accumulate: zeroed before use) ----
   Storage* dresidual = nullptr;  // (N, C) gradient of the residual stream, layer by layer

@@ -79,7 +79,31 @@ std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp
   add("ln_f.weight", {C}, S::replicated, false);
   add("ln_f.bias", {C}, S::replicated, false);
   if (!config.tie_embeddings) add("lm_head.weight", {Vp, C}, S::rows, true);
+  if (tp > 1) {
+    // Under tensor parallelism the replicated tensors move behind the sharded ones in memory
+    // (the table keeps its order): their gradients are then one all-reduce, and the global
+    // gradient norm and EDQ can count them on one rank only (docs/PARALLEL.md).
+    int64_t next = 0;
+    for (bool replicated : {false, true}) {
+      for (ParameterInfo& info : table) {
+        if ((info.split == S::replicated) != replicated) continue;
+        info.offset = next;
+        next += info.numel;
+      }
+    }
+  }
   return table;
+}
+
+ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp) {
+  if (tp == 1) return {};
+  ParameterRegion region{INT64_MAX, 0};
+  for (const ParameterInfo& info : table) {
+    if (info.split != TensorSplit::replicated) continue;
+    region.begin = std::min(region.begin, info.offset);
+    region.end = std::max(region.end, info.offset + info.numel);
+  }
+  return region.begin < region.end ? region : ParameterRegion{};
 }
 
 template <typename Storage>
@@ -167,7 +191,7 @@ void GptT<Storage>::save_parameters(float* host_values) const {
 
 template <typename Storage>
 void GptT<Storage>::zero_gradients() {
-  backend_.zero(grads_, static_cast<size_t>(num_parameters_) * sizeof(Storage));
+  backend_.zero(grads_, static_cast<size_t>(memory_elements_) * sizeof(Storage));
 }
 
 // Explicit instantiation of the members defined in this file (the rest: gpt.cpp).

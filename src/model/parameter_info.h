@@ -29,11 +29,16 @@ struct ParameterInfo {
   std::vector<int64_t> full_shape;  // shape of the whole tensor (tp = 1)
 };
 
-// Where this process sits in the tensor-parallel group. Only tp = 1 runs today; the shard
-// shapes already follow tp so that the TP issue only adds the all-reduces.
+// Where this process sits in its tensor-parallel group (docs/PARALLEL.md).
 struct ParallelLayout {
   int tp = 1;
   int tp_rank = 0;
+};
+
+// Elements [begin, end) of the parameter/gradient memory.
+struct ParameterRegion {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
 };
 
 }  // namespace collage

@@ -6,6 +6,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "model/tensor_shards.h"
 
 namespace collage {
 
@@ -46,39 +47,12 @@ std::vector<float> normal_bf16_values(uint64_t stream_seed, int64_t n, double st
 
 std::vector<float> extract_shard(const std::vector<float>& full, const ParameterInfo& info,
                                  const ParallelLayout& layout) {
-  const int tp = layout.tp, r = layout.tp_rank;
-  const int64_t rows = info.full_shape[0];
-  const int64_t cols = info.full_shape.size() > 1 ? info.full_shape[1] : 1;
-  COLLAGE_CHECK(static_cast<int64_t>(full.size()) == rows * cols, "{}: {} values for {}x{}",
-                info.name, full.size(), rows, cols);
-  std::vector<float> shard;
-  shard.reserve(static_cast<size_t>(info.numel));
-  auto copy_rows = [&](int64_t begin, int64_t count) {
-    shard.insert(shard.end(), full.begin() + begin * cols, full.begin() + (begin + count) * cols);
-  };
-  switch (info.split) {
-    case TensorSplit::replicated:
-      shard = full;
-      break;
-    case TensorSplit::rows:
-      copy_rows(r * rows / tp, rows / tp);
-      break;
-    case TensorSplit::qkv_rows: {  // the rank's heads from each of the q, k, v blocks
-      int64_t block = rows / 3, local = block / tp;
-      for (int part = 0; part < 3; ++part) copy_rows(part * block + r * local, local);
-      break;
-    }
-    case TensorSplit::columns: {
-      int64_t local = cols / tp;
-      for (int64_t i = 0; i < rows; ++i) {
-        auto row = full.begin() + i * cols + r * local;
-        shard.insert(shard.end(), row, row + local);
-      }
-      break;
-    }
-  }
-  COLLAGE_CHECK(static_cast<int64_t>(shard.size()) == info.numel, "{}: shard has {} values, not {}",
-                info.name, shard.size(), info.numel);
+  int64_t full_numel = 1;
+  for (int64_t d : info.full_shape) full_numel *= d;
+  COLLAGE_CHECK(static_cast<int64_t>(full.size()) == full_numel, "{}: {} values for a tensor of {}",
+                info.name, full.size(), full_numel);
+  std::vector<float> shard(static_cast<size_t>(info.numel));
+  copy_shard_out_of(full.data(), shard.data(), info, layout, sizeof(float));
   return shard;
 }
 

@@ -76,7 +76,7 @@ std::string format_memory_report(const MemoryReport& r, const std::string& title
   out += fmt::format(
       "{}: {} parameters ({:.2f} M) at tensor-parallel {}, data-parallel {}{}; optimizer {}\n",
       title, r.parameters, n / 1e6, r.tensor_parallel, r.data_parallel,
-      r.data_parallel > 1 ? " (optimizer state as a ZeRO-1 shard)" : "",
+      r.zero ? " (ZeRO-1: optimizer state sharded over data-parallel)" : "",
       precision_name(r.precision));
   row("parameters (bf16)", double(r.parameter_bytes), per_param(double(r.parameter_bytes)));
   row("gradients (bf16)", double(r.gradient_bytes), per_param(double(r.gradient_bytes)));

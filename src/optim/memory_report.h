@@ -15,6 +15,7 @@ struct MemoryReport {
   Precision precision = Precision::fp32_master;
   int tensor_parallel = 1;
   int data_parallel = 1;
+  bool zero = false;    // ZeRO-1: the optimizer state is this rank's shard
   int micro_batch = 0;  // activations are for micro_batch × seq_len tokens
   int seq_len = 0;
 
@@ -31,7 +32,7 @@ struct MemoryReport {
     return parameter_bytes + gradient_bytes + state_bytes + activation_bytes;
   }
   // (θ + g + state components) / parameters: the COLLAGE.md table's bytes/parameter
-  // (8, 10, 12, 10, 8, 16) at data_parallel 1 (less with a ZeRO-1 shard); arena alignment
+  // (8, 10, 12, 10, 8, 16) without ZeRO (less with a ZeRO-1 shard); arena alignment
   // gaps are not counted.
   double bytes_per_parameter() const;
 };

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -49,6 +50,10 @@ Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, std::vecto
       grads_(grads),
       num_parameters_(num_parameters),
       options_(std::move(options)) {
+  shard_begin_ = options_.shard_begin;
+  shard_end_ = options_.shard_end < 0 ? num_parameters : options_.shard_end;
+  COLLAGE_CHECK(shard_begin_ >= 0 && shard_begin_ <= shard_end_,
+                "optimizer: shard [{}, {}) is not a range of elements", shard_begin_, shard_end_);
   for (const ParamSpan& span : spans_) {
     COLLAGE_CHECK(span.offset >= 0 && span.numel >= 0 && span.offset + span.numel <= num_parameters,
                   "optimizer: parameter span [{}, {}) outside the {} parameters", span.offset,
@@ -58,7 +63,20 @@ Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, std::vecto
                   "optimizer: EDQ group {} of span at {} not among the {} groups", span.edq_group,
                   span.offset, options_.edq_groups.size());
   }
-  StatePlan plan = plan_state(config.precision, num_parameters_);
+  // ZeRO-1: only the parts of the spans inside the shard are this rank's to update. A span
+  // cut in two keeps its offsets, so the stochastic-rounding bits of an element do not
+  // depend on the sharding.
+  std::vector<ParamSpan> in_shard;
+  for (ParamSpan span : spans_) {
+    const int64_t begin = std::max(span.offset, shard_begin_);
+    const int64_t end = std::min(span.offset + span.numel, shard_end_);
+    if (begin >= end) continue;
+    span.offset = begin;
+    span.numel = end - begin;
+    in_shard.push_back(span);
+  }
+  spans_ = std::move(in_shard);
+  StatePlan plan = plan_state(config.precision, shard_elements());
   state_arena_ = std::make_unique<Arena>(backend_, plan.arena_bytes, "optimizer state");
   state_ = std::move(plan.components);
   // backend.allocate() zero-fills: moments and error terms start at 0 (COLLAGE.md).
@@ -66,12 +84,12 @@ Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, std::vecto
 
   if (config.precision == Precision::fp32_master) {
     // The master copy starts as the bf16 weights, widened exactly.
-    std::vector<bf16> host(num_parameters_);
-    std::vector<float> widened(num_parameters_);
-    backend_.copy_to_host(host.data(), params_, num_parameters_ * sizeof(bf16));
-    bf16_to_float_array(host.data(), widened.data(), num_parameters_);
-    backend_.copy_to_device(component("master").data, widened.data(),
-                            num_parameters_ * sizeof(float));
+    const int64_t n = shard_elements();
+    std::vector<bf16> host(n);
+    std::vector<float> widened(n);
+    backend_.copy_to_host(host.data(), params_ + shard_begin_, n * sizeof(bf16));
+    bf16_to_float_array(host.data(), widened.data(), n);
+    backend_.copy_to_device(component("master").data, widened.data(), n * sizeof(float));
   }
 }
 
@@ -96,7 +114,8 @@ StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
     s.grad = grads_ + span.offset;
     s.n = span.numel;
     for (size_t c = 0; c < state_.size(); c++) {
-      s.state[c] = static_cast<char*>(state_[c].data) + span.offset * state_[c].element_bytes;
+      s.state[c] = static_cast<char*>(state_[c].data) +
+                   (span.offset - shard_begin_) * state_[c].element_bytes;
     }
     s.lr = lr;
     s.beta1 = config_.beta1;
@@ -114,6 +133,7 @@ StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
   backend_.synchronize();
   std::vector<EdqSums> local(groups + 1);  // [0] total, [1 + k] group k
   for (size_t k = 0; k < spans_.size(); k++) {
+    if (!spans_[k].count_edq) continue;
     local[0] += span_edq[k];
     if (groups > 0) local[1 + spans_[k].edq_group] += span_edq[k];
   }

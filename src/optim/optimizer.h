@@ -19,6 +19,9 @@ struct ParamSpan {
   int64_t numel = 0;
   bool weight_decay = false;
   int edq_group = 0;  // index into OptimizerOptions::edq_groups (ignored when that is empty)
+  // false: updated, but its EDQ is not counted on this rank (a tensor replicated over the
+  // tensor-parallel ranks is counted by TP rank 0 only)
+  bool count_edq = true;
 };
 
 // One named state component, one value per parameter. Names: "master", "m", "v" (fp32 for
@@ -43,6 +46,9 @@ struct OptimizerOptions {
   uint64_t rounding_seed = 0;
   // Names of the EDQ groups that ParamSpan::edq_group indexes; empty: global EDQ only.
   std::vector<std::string> edq_groups;
+  // ZeRO-1: this rank updates, and keeps state for, only the elements [shard_begin,
+  // shard_end) of parameter memory (the spans are cut to it). shard_end < 0: all of them.
+  int64_t shard_begin = 0, shard_end = -1;
 };
 
 // EDQ sums of one step over every rank: total, and per group when groups were given.
@@ -53,8 +59,9 @@ struct StepEdq {
 
 class Optimizer {
  public:
-  // Allocates and initialises the state: zeros, except fp32-master's master = widened θ
-  // (so construct it after the weights are initialised or loaded).
+  // Allocates and initialises the state for the shard (options.shard_*): zeros, except
+  // fp32-master's master = widened θ (so construct it after the weights are initialised or
+  // loaded).
   Optimizer(const OptimizerConfig& config, Backend& backend, std::vector<ParamSpan> spans,
             bf16* params, bf16* grads, int64_t num_parameters, OptimizerOptions options = {});
 
@@ -67,6 +74,10 @@ class Optimizer {
   size_t state_bytes() const { return state_arena_->capacity(); }
   Precision precision() const { return config_.precision; }
   int64_t num_parameters() const { return num_parameters_; }
+  // The elements [shard_begin(), shard_begin() + shard_elements()) this rank updates; the
+  // state components hold one value for each of them.
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_elements() const { return shard_end_ - shard_begin_; }
   uint64_t rounding_seed() const { return options_.rounding_seed; }
   void set_rounding_seed(uint64_t seed) { options_.rounding_seed = seed; }  // on resume
   const std::vector<std::string>& edq_groups() const { return options_.edq_groups; }
@@ -84,6 +95,7 @@ class Optimizer {
   bf16* params_;
   bf16* grads_;
   int64_t num_parameters_;
+  int64_t shard_begin_ = 0, shard_end_ = 0;
   OptimizerOptions options_;
   std::unique_ptr<Arena> state_arena_;
   std::vector<StateComponent> state_;

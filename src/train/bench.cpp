@@ -78,7 +78,7 @@ double time_sgemm(const std::vector<Gemm>& gemms, int repeats, int threads) {
 
 BenchResult run_bench(const Config& config, const BenchOptions& options) {
   const int B = config.training.micro_batch_size, T = config.data.seq_len;
-  check_trainable_layout(config);
+  check_single_process(config, "bench");
   const BackendChoice choice = choose_backend(config.parallel.backend);
   auto backend = make_backend(choice.name, config.parallel.threads);
   GPT model(config.model, *backend, B, T);

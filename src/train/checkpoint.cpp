@@ -87,6 +87,10 @@ const CheckpointTensor& Checkpoint::tensor(const std::string& name) const {
 
 std::string checkpoint_file_name(int64_t step) { return fmt::format("step_{:08d}.ckpt", step); }
 
+std::string checkpoint_shard_directory_name(int64_t step) {
+  return fmt::format("step_{:08d}.shards", step);
+}
+
 namespace {
 
 // ---- writing -------------------------------------------------------------------------
@@ -306,6 +310,12 @@ void remove_file(const std::string& path) {
   if (!fs::remove(path, ec) && ec) spdlog::warn("cannot delete {}: {}", path, ec.message());
 }
 
+void remove_shards(const std::string& dir, int64_t step) {
+  std::error_code ec;
+  fs::remove_all(fs::path(dir) / checkpoint_shard_directory_name(step), ec);
+  if (ec) spdlog::warn("cannot delete the shards of step {} in {}: {}", step, dir, ec.message());
+}
+
 void prune(const std::string& dir, int64_t saved_step, int keep) {
   std::map<int64_t, std::string> checkpoints = list_checkpoints(dir);
   int kept = 0;
@@ -317,16 +327,20 @@ void prune(const std::string& dir, int64_t saved_step, int keep) {
           dir, it->second, saved_step);
     } else if (++kept > keep) {
       remove_file(it->second);
+      remove_shards(dir, it->first);
     }
   }
   for (const auto& [step, tmp] : list_checkpoints(dir, ".ckpt.tmp"))
     if (step < saved_step) remove_file(tmp);  // a crash's leftover
+  // Shards of a save that never got its manifest (a rank died while saving).
+  for (const auto& [step, shards] : list_checkpoints(dir, ".shards"))
+    if (step < saved_step && !checkpoints.contains(step)) remove_shards(dir, step);
 }
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep) {
-  COLLAGE_CHECK(keep >= 1, "{}: checkpoint.keep must be >= 1, got {}", dir, keep);
+void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint) {
+  const std::string dir = fs::path(path).parent_path().string();
   COLLAGE_CHECK(checkpoint.step >= 0, "{}: checkpoint step must be >= 0, got {}", dir,
                 checkpoint.step);
   // The directory of tensors: where each one's bytes go in the data section.
@@ -357,9 +371,8 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
     fail("{}: checkpoint metadata of step {} cannot be stored: {}", dir, checkpoint.step, e.what());
   }
 
-  fs::create_directories(dir);
-  const std::string path = (fs::path(dir) / checkpoint_file_name(checkpoint.step)).string();
-  write_atomically(dir, path, [&](ChecksummedWriter& out) {
+  if (!dir.empty()) fs::create_directories(dir);
+  write_atomically(dir.empty() ? "." : dir, path, [&](ChecksummedWriter& out) {
     out.write(kMagic, sizeof kMagic);
     out.write(&kVersion, sizeof kVersion);
     const uint64_t sizes[2] = {meta.size(), data_bytes};
@@ -375,6 +388,12 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
     const uint32_t crc = out.crc();
     out.write(&crc, sizeof crc);
   });
+}
+
+std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep) {
+  COLLAGE_CHECK(keep >= 1, "{}: checkpoint.keep must be >= 1, got {}", dir, keep);
+  const std::string path = (fs::path(dir) / checkpoint_file_name(checkpoint.step)).string();
+  write_checkpoint_file(path, checkpoint);
   const std::string name = checkpoint_file_name(checkpoint.step) + "\n";
   write_atomically(dir, (fs::path(dir) / "latest").string(),
                    [&](ChecksummedWriter& out) { out.write(name.data(), name.size()); });
@@ -384,7 +403,24 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
 
 Checkpoint load_checkpoint(const std::string& path) { return read_checkpoint(path, true); }
 
-void verify_checkpoint(const std::string& path) { read_checkpoint(path, false); }
+std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest) {
+  std::vector<std::string> paths;
+  if (!manifest.meta.contains("shards")) return paths;
+  const fs::path dir = fs::path(manifest.path).parent_path();
+  try {
+    for (const nlohmann::json& name : manifest.meta.at("shards"))
+      paths.push_back((dir / name.get<std::string>()).string());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: corrupt list of shards: {}", manifest.path, e.what());
+  }
+  return paths;
+}
+
+void verify_checkpoint(const std::string& path) {
+  // A manifest is good only with every shard it lists.
+  for (const std::string& shard : checkpoint_shard_paths(read_checkpoint(path, false)))
+    read_checkpoint(shard, false);
+}
 
 std::string resolve_resume(const std::string& arg, const std::string& dir) {
   if (arg != "latest") {

@@ -17,6 +17,13 @@
 // a crash leaves either the old set of checkpoints or the new one, never a half file under a
 // checkpoint name. Then `<dir>/latest` (a text file holding the newest file name) is replaced
 // the same way, and checkpoints beyond `keep` are deleted. One process writes a directory.
+//
+// A multi-rank run saves a set (docs/PARALLEL.md, "Checkpoints"): each rank's shard is a file
+// of this format in `<dir>/step_<step>.shards/`, and once every shard is on disk rank 0 writes
+// `<dir>/step_<step>.ckpt` as the set's manifest: a checkpoint without tensors whose metadata
+// lists the shard files ("shards": names relative to dir). A crash before the manifest leaves
+// no step_<step>.ckpt, so the set is never resumed from; a manifest verifies only with every
+// shard it lists.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,11 +58,19 @@ struct Checkpoint {
 // from) are kept, with a warning. Returns the path written.
 std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep);
 
+// Writes one checkpoint file at `path` atomically (its directory created); no `latest`, no
+// pruning: the shards of a set.
+void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint);
+
 // Reads and fully verifies a checkpoint: magic, version, sizes, directory, checksum. Any
-// corruption or truncation throws Error naming the file.
+// corruption or truncation throws Error naming the file. A manifest is returned as it is.
 Checkpoint load_checkpoint(const std::string& path);
 
-// The checks of load_checkpoint() without keeping the tensor data in memory.
+// The shard files a manifest lists (empty for a single-file checkpoint).
+std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest);
+
+// The checks of load_checkpoint() without keeping the tensor data in memory; for a manifest,
+// of every shard it lists too.
 void verify_checkpoint(const std::string& path);
 
 // What `--resume ARG` means:
@@ -69,6 +84,8 @@ std::string resolve_resume(const std::string& arg, const std::string& dir);
 
 // "step_00000042.ckpt"
 std::string checkpoint_file_name(int64_t step);
+// "step_00000042.shards"
+std::string checkpoint_shard_directory_name(int64_t step);
 
 // Bytes per element of a checkpoint dtype; throws Error for an unknown dtype.
 size_t checkpoint_dtype_size(const std::string& dtype);

@@ -9,12 +9,20 @@
 
 namespace collage {
 
+// ZeRO-1's cut of the parameter memory (docs/PARALLEL.md): the model pads its parameter and
+// gradient memory to a multiple of zero_memory_multiple() elements, and data-parallel rank r
+// owns the r-th of data_parallel equal shards. Every shard starts 128-byte aligned. Without
+// ZeRO (zero = false) the multiple is 1 and the one shard is the whole memory.
+int64_t zero_memory_multiple(int data_parallel, bool zero);
+ParameterRegion zero_shard(int64_t memory_elements, int data_parallel, int dp_rank);
+
 // The real allocations: arena capacities and state component sizes.
-MemoryReport measure_memory(const GPT& model, const Optimizer& optimizer);
+MemoryReport measure_memory(const GPT& model, const Optimizer& optimizer, int data_parallel = 1,
+                            bool zero = false);
 
 // One rank of `config` split tensor_parallel ways, running micro_batch × data.seq_len
-// tokens per forward; with data_parallel > 1 the optimizer state is the rank's ZeRO-1
-// shard (ceil(parameters / data_parallel) elements of each component). No allocation.
+// tokens per forward; with parallel.zero: 1 the optimizer state is the rank's ZeRO-1 shard
+// of the padded parameter memory (zero_shard()). No allocation.
 MemoryReport plan_memory(const Config& config, int tensor_parallel, int data_parallel,
                          int micro_batch);
 

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "data/pretraining_sampler.h"
 #include "dist/comm.h"
 #include "dist/mpi_comm.h"
 #include "model/gpt.h"
@@ -21,6 +22,7 @@
 #include "train/checkpoint.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
+#include "train/parallel_run.h"
 #include "train/progress.h"
 #include "train/training_checkpoint.h"
 #include "train/training_data.h"
@@ -35,14 +37,24 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Console and <logging.dir>/train.log, same lines.
-void setup_logging(const Config& config) {
+// Rank 0: console and <logging.dir>/train.log, same lines. Other ranks: errors on the
+// console, and everything in <logging.dir>/rank_<r>.log with logging.all_ranks.
+void setup_logging(const Config& config, const RankLayout& layout) {
   fs::create_directories(config.logging.dir);
+  std::vector<spdlog::sink_ptr> sinks;
   auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
-      (fs::path(config.logging.dir) / "train.log").string(), /*truncate=*/false);
-  auto logger = std::make_shared<spdlog::logger>("collage", spdlog::sinks_init_list{console, file});
-  logger->set_pattern("[%H:%M:%S] %v");
+  const bool lead = layout.world_rank == 0;
+  if (!lead) console->set_level(spdlog::level::err);
+  sinks.push_back(console);
+  if (lead || config.logging.all_ranks) {
+    const std::string name = lead ? "train.log" : fmt::format("rank_{}.log", layout.world_rank);
+    sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(
+        (fs::path(config.logging.dir) / name).string(), /*truncate=*/false));
+  }
+  auto logger = std::make_shared<spdlog::logger>("collage", sinks.begin(), sinks.end());
+  logger->set_pattern(layout.world_size > 1 && !lead
+                          ? fmt::format("[%H:%M:%S] [rank {}] %v", layout.world_rank)
+                          : "[%H:%M:%S] %v");
   logger->set_level(spdlog::level::from_str(config.logging.level));
   logger->flush_on(spdlog::level::warn);  // warnings reach train.log even if the run dies
   spdlog::set_default_logger(logger);
@@ -56,7 +68,8 @@ std::string checkpoint_dir(const Config& config) {
 // Everything a run needs, built once from the config.
 struct Run {
   const Config& config;
-  std::unique_ptr<Comm> comm;  // one process for now; reduces the EDQ sums over ranks
+  ParallelRun& parallel;
+  const RankLayout& layout;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<GPT> model;
   std::unique_ptr<Optimizer> optimizer;
@@ -64,48 +77,112 @@ struct Run {
   TrainingProgress progress;  // step, consumed samples, cumulative EDQ
   std::vector<int32_t> window, tokens, targets;
 
-  explicit Run(const Config& c) : config(c) {}
+  Run(const Config& c, ParallelRun& p) : config(c), parallel(p), layout(p.layout()) {}
 
+  // Micro-batches each data-parallel rank runs per step (gradient accumulation).
   int micro_batches_per_step() const {
-    return config.training.global_batch_size / config.training.micro_batch_size;
+    return config.training.global_batch_size / (config.training.micro_batch_size * layout.dp);
   }
 
-  // Fills tokens/targets (B, T) from samples [first, first + B) of a split.
-  void load_batch(const SampleSet& split, int64_t first) {
-    const int B = config.training.micro_batch_size, T = config.data.seq_len;
-    for (int b = 0; b < B; b++) {
-      split.get((first + b) % split.size, window.data());
+  // Fills tokens/targets (B, T) from samples `indices` of a split.
+  void load_batch(const SampleSet& split, const std::vector<int64_t>& indices) {
+    const int T = config.data.seq_len;
+    for (size_t b = 0; b < indices.size(); b++) {
+      split.get(indices[b] % split.size, window.data());
       std::copy(window.begin(), window.begin() + T, tokens.begin() + int64_t(b) * T);
       std::copy(window.begin() + 1, window.end(), targets.begin() + int64_t(b) * T);
     }
   }
 
+  // Validation batch i is samples [i·B, (i+1)·B) of the valid split, whatever the layout;
+  // data-parallel rank r evaluates the batches i ≡ r (mod dp) and the sums are reduced.
   double validation_loss() {
     const int B = config.training.micro_batch_size;
-    double sum = 0;
-    int64_t count = 0;
-    for (int i = 0; i < config.training.eval_iters; i++) {
-      load_batch(data.valid, int64_t(i) * B);
+    double sums[2] = {0, 0};  // Σ token losses, token count
+    for (int i = layout.dp_rank; i < config.training.eval_iters; i += layout.dp) {
+      std::vector<int64_t> indices(B);
+      for (int b = 0; b < B; b++) indices[b] = int64_t(i) * B + b;
+      load_batch(data.valid, indices);
       GPT::Loss loss = model->forward(tokens.data(), targets.data(), B);
-      sum += loss.sum;
-      count += loss.count;
+      sums[0] += loss.sum;
+      sums[1] += double(loss.count);
     }
-    return sum / std::max<int64_t>(count, 1);
+    parallel.host_dp().all_reduce_sum(sums, 2);
+    return sums[0] / std::max(sums[1], 1.0);
+  }
+
+  // This rank's part of the parameter memory the optimizer updates: the ZeRO-1 shard, else all.
+  ParameterRegion update_region() const {
+    if (!layout.zero) return {0, model->num_parameters()};
+    return zero_shard(model->memory_elements(), layout.dp, layout.dp_rank);
+  }
+
+  // Σ g² over every parameter of the model once: this rank's update region, the replicated
+  // tensors counted by TP rank 0 only, reduced over the TP group (and the DP group when the
+  // gradients are sharded).
+  double gradient_norm() {
+    const ParameterRegion region = update_region();
+    const ParameterRegion replicated = model->replicated_region();
+    const int64_t sharded_end = replicated.size() > 0 ? replicated.begin : region.end;
+    const bf16* grads = model->gradient_memory();
+    auto sum_squares = [&](int64_t begin, int64_t end) {
+      begin = std::max(begin, region.begin), end = std::min(end, region.end);
+      return begin < end ? backend->sum_squares(grads + begin, end - begin) : 0.0;
+    };
+    double sum = sum_squares(0, sharded_end);
+    if (layout.tp_rank == 0 && replicated.size() > 0)
+      sum += sum_squares(replicated.begin, replicated.end);
+    parallel.host_tp().all_reduce_sum(&sum, 1);
+    if (layout.zero) parallel.host_dp().all_reduce_sum(&sum, 1);
+    return std::sqrt(sum);
+  }
+
+  // After the micro-batches: make every rank's gradients the global batch's. The replicated
+  // tensors' gradients are averaged over TP; then the sum over the data-parallel replicas
+  // (dloss already divides by the global batch's tokens): all-reduced, or reduce-scattered
+  // onto each rank's ZeRO-1 shard in place.
+  void reduce_gradients() {
+    model->all_reduce_replicated_gradients();
+    if (layout.dp == 1) return;
+    bf16* grads = model->gradient_memory();
+    if (layout.zero) {
+      const ParameterRegion shard = update_region();
+      parallel.dp().reduce_scatter_sum(grads, grads + shard.begin, shard.size());
+    } else {
+      parallel.dp().all_reduce_sum(grads, model->num_parameters());
+    }
+  }
+
+  // ZeRO-1: every rank updated its shard; gather the others' (in place).
+  void gather_parameters() {
+    if (!layout.zero || layout.dp == 1) return;
+    const ParameterRegion shard = update_region();
+    bf16* params = model->parameter_memory();
+    parallel.dp().all_gather(params + shard.begin, params, shard.size() * int64_t(sizeof(bf16)));
   }
 };
 
-// One span per parameter tensor, tagged with its EDQ group when groups are logged.
-std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend, GPT& model) {
+// One span per parameter tensor, tagged with its EDQ group when groups are logged; the
+// replicated tensors' EDQ is counted on TP rank 0 only, and with ZeRO-1 the optimizer keeps
+// the state of this rank's shard only.
+std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend, GPT& model,
+                                          const RankLayout& layout) {
   std::vector<std::string> names;
   for (const ParameterInfo& p : model.parameters()) names.push_back(p.name);
   const EdqGroups groups = edq_groups_of(names);
   OptimizerOptions options;
   options.rounding_seed = stochastic_rounding_seed(config.training.seed);
   if (config.logging.edq_groups) options.edq_groups = groups.names;
+  if (layout.zero) {
+    const ParameterRegion shard = zero_shard(model.memory_elements(), layout.dp, layout.dp_rank);
+    options.shard_begin = shard.begin;
+    options.shard_end = shard.end;
+  }
   std::vector<ParamSpan> spans;
   for (size_t i = 0; i < model.parameters().size(); i++) {
     const ParameterInfo& p = model.parameters()[i];
-    spans.push_back({p.offset, p.numel, p.weight_decay, groups.index[i]});
+    const bool counted = p.split != TensorSplit::replicated || layout.tp_rank == 0;
+    spans.push_back({p.offset, p.numel, p.weight_decay, groups.index[i], counted});
   }
   return std::make_unique<Optimizer>(config.optimizer, backend, std::move(spans),
                                      model.parameter_memory(), model.gradient_memory(),
@@ -113,10 +190,13 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend
 }
 
 std::string save(Run& run) {
-  std::string path = save_checkpoint(
-      checkpoint_dir(run.config),
-      make_training_checkpoint(run.config, *run.backend, *run.model, *run.optimizer, run.progress),
-      run.config.checkpoint.keep);
+  const Checkpoint part = make_training_checkpoint(run.config, *run.backend, *run.model,
+                                                   *run.optimizer, run.progress, run.layout);
+  const std::string path =
+      run.parallel.multi_rank()
+          ? save_checkpoint_set(checkpoint_dir(run.config), part, run.layout,
+                                run.parallel.host_world(), run.config.checkpoint.keep)
+          : save_checkpoint(checkpoint_dir(run.config), part, run.config.checkpoint.keep);
   spdlog::info("saved checkpoint {}", path);
   return path;
 }
@@ -128,47 +208,68 @@ std::string edq_summary(const EdqFigures& f) {
 
 }  // namespace
 
-void check_trainable_layout(const Config& config) {
-  // Tensor parallelism is planned for (parameter shards, `collage plan --tensor-parallel`) but
-  // not trained yet: refuse rather than silently train at 1.
-  COLLAGE_CHECK(config.parallel.tensor_parallel == 1,
-                "parallel.tensor_parallel: {}: tensor-parallel training is not available yet; "
-                "train with 1 (collage plan --tensor-parallel {} shows the memory it will need)",
-                config.parallel.tensor_parallel, config.parallel.tensor_parallel);
-  // Several ranks would each train the whole model on the same data into the same directory.
+void check_single_process(const Config& config, const char* command) {
   const int ranks = launched_world_size();
-  COLLAGE_CHECK(ranks == 1,
-                "collage was started as {} ranks (mpirun -np {}): multi-rank (data- and "
-                "tensor-parallel) training is not available yet; start one process",
-                ranks, ranks);
+  COLLAGE_CHECK(ranks == 1 && config.parallel.tensor_parallel == 1,
+                "collage {} measures one process: it was started as {} rank(s) with "
+                "parallel.tensor_parallel {}; run it without mpirun and with tensor_parallel 1 "
+                "(collage plan shows a layout's memory and communication)",
+                command, ranks, config.parallel.tensor_parallel);
 }
 
-TrainResult train(const Config& config, const TrainOptions& options) {
-  setup_logging(config);
-  spdlog::info("collage train: resolved config\n{}", config_to_yaml(config));
-  { std::ofstream(fs::path(config.logging.dir) / "config.yaml") << config_to_yaml(config); }
+namespace {
 
-  Run run(config);
-  run.comm = make_single_comm();
-  check_trainable_layout(config);
+// " | comm TP 12.6 MB DP 248.4 MB": payload bytes this rank handed to each group's
+// collectives during the step.
+std::string comm_summary(const RankLayout& layout, int64_t tp_bytes, int64_t dp_bytes) {
+  if (layout.world_size == 1) return "";
+  return fmt::format(" | comm TP {} DP {}", format_bytes(double(tp_bytes)),
+                     format_bytes(double(dp_bytes)));
+}
+
+TrainResult train_ranks(const Config& config, const TrainOptions& options, ParallelRun& parallel) {
+  const RankLayout& layout = parallel.layout();
+  const bool lead = layout.world_rank == 0;  // logs, metrics, config.yaml
+  if (lead) {
+    spdlog::info("collage train: resolved config\n{}", config_to_yaml(config));
+    std::ofstream(fs::path(config.logging.dir) / "config.yaml") << config_to_yaml(config);
+  }
+  Run run(config, parallel);
+  if (parallel.multi_rank()) {
+    spdlog::info(
+        "ranks: {} = tensor-parallel {} x data-parallel {}{} (this is world rank {}: TP "
+        "rank {}, DP rank {})",
+        layout.world_size, layout.tp, layout.dp, layout.zero ? ", ZeRO-1" : "", layout.world_rank,
+        layout.tp_rank, layout.dp_rank);
+  }
   const BackendChoice backend = choose_backend(config.parallel.backend);
-  run.backend = make_backend(backend.name, config.parallel.threads);
+  run.backend = make_backend(backend.name, config.parallel.threads, node_local_rank());
+  parallel.attach_backend(*run.backend);
   spdlog::info("backend: {} ({})", run.backend->name(), backend.reason);
 
   const TrainingConfig& tc = config.training;
   const int B = tc.micro_batch_size, T = config.data.seq_len;
   const int64_t eval_count = tc.eval_interval > 0 ? tc.max_steps / tc.eval_interval + 1 : 1;
-  run.data = load_training_data(config, tc.max_steps * tc.global_batch_size,
-                                std::max<int64_t>(1, int64_t(tc.eval_iters) * B * eval_count));
+  auto load_data = [&] {
+    run.data = load_training_data(config, tc.max_steps * tc.global_batch_size,
+                                  std::max<int64_t>(1, int64_t(tc.eval_iters) * B * eval_count));
+  };
+  // Rank 0 first: it prepares the corpus when the config asks for it; the others then read it.
+  if (lead) load_data();
+  parallel.host_world().barrier();
+  if (!lead) load_data();
   spdlog::info("data: {}", run.data.summary);
 
-  run.model = std::make_unique<GPT>(config.model, *run.backend, B, T);
+  run.model = std::make_unique<GPT>(config.model, *run.backend, B, T,
+                                    ParallelLayout{layout.tp, layout.tp_rank}, &parallel.tp(),
+                                    zero_memory_multiple(layout.dp, layout.zero));
   run.model->init_weights(tc.seed);
-  run.optimizer = make_optimizer(config, *run.backend, *run.model);
+  run.optimizer = make_optimizer(config, *run.backend, *run.model, layout);
   // What this rank allocated, read from the arenas themselves.
-  const MemoryReport memory = measure_memory(*run.model, *run.optimizer);
-  spdlog::info("{}", format_memory_report(memory, fmt::format("memory of rank {} of {}",
-                                                              run.comm->rank(), run.comm->size())));
+  const MemoryReport memory = measure_memory(*run.model, *run.optimizer, layout.dp, layout.zero);
+  spdlog::info(
+      "{}", format_memory_report(memory, fmt::format("memory of rank {} of {}", layout.world_rank,
+                                                     layout.world_size)));
 
   if (!options.resume.empty()) {
     run.progress = restore_training_checkpoint(
@@ -177,8 +278,14 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   }
   int64_t& step = run.progress.step;
   int64_t& consumed_samples = run.progress.consumed_samples;
-  MetricsFile metrics((fs::path(config.logging.dir) / "metrics.jsonl").string(),
-                      options.resume.empty() ? -1 : step);
+  std::unique_ptr<MetricsFile> metrics;
+  if (lead)
+    metrics =
+        std::make_unique<MetricsFile>((fs::path(config.logging.dir) / "metrics.jsonl").string(),
+                                      options.resume.empty() ? -1 : step);
+  auto write_metrics = [&](const nlohmann::json& record) {
+    if (metrics) metrics->write(record);
+  };
 
   run.window.resize(T + 1);
   run.tokens.resize(int64_t(B) * T);
@@ -188,9 +295,10 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   const float dloss = static_cast<float>(1.0 / tokens_per_step);  // mean over the global batch
 
   TrainResult result;
-  ProgressBar progress(config.logging.progress, step + 1, tc.max_steps);
-  spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step", step + 1,
-               tc.max_steps, micro_batches, B, T);
+  ProgressBar progress(lead ? config.logging.progress : "off", step + 1, tc.max_steps);
+  spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step{}", step + 1,
+               tc.max_steps, micro_batches, B, T,
+               layout.dp > 1 ? fmt::format(" on each of {} data-parallel ranks", layout.dp) : "");
   if (step == 0) {
     // A fresh run's step-0 record: what the strategy costs, and the starting point of the
     // validation curve (≈ ln(vocab) for a fresh model).
@@ -201,19 +309,24 @@ TrainResult train(const Config& config, const TrainOptions& options) {
       record["val_loss"] = result.last_val_loss = run.validation_loss();
       spdlog::info("step {:>6}/{} | val loss {:.4f}", 0, tc.max_steps, result.last_val_loss);
     }
-    metrics.write(record);
+    write_metrics(record);
   }
   while (step < tc.max_steps) {
     const int64_t t = step + 1;
     const auto start = Clock::now();
+    const CommTraffic tp_before = parallel.tp_traffic, dp_before = parallel.dp_traffic;
     run.model->zero_gradients();
     double loss_sum = 0;
     for (int micro = 0; micro < micro_batches; micro++) {
-      run.load_batch(run.data.train, consumed_samples);
-      consumed_samples += B;
+      run.load_batch(run.data.train,
+                     micro_batch_sample_indices(consumed_samples, B, layout.dp, layout.dp_rank,
+                                                run.data.train.size));
+      consumed_samples += int64_t(B) * layout.dp;
       loss_sum += run.model->forward(run.tokens.data(), run.targets.data(), B).sum;
       run.model->backward(dloss);
     }
+    run.reduce_gradients();
+    parallel.host_dp().all_reduce_sum(&loss_sum, 1);
     const double loss = loss_sum / tokens_per_step;
     if (!std::isfinite(loss)) {
       progress.clear();
@@ -223,9 +336,7 @@ TrainResult train(const Config& config, const TrainOptions& options) {
           t, loss, checkpoint_dir(config));
     }
     // Global-norm clipping of the averaged gradient.
-    bf16* grads = run.model->gradient_memory();
-    const double grad_norm =
-        std::sqrt(run.backend->sum_squares(grads, run.model->num_parameters()));
+    const double grad_norm = run.gradient_norm();
     if (!std::isfinite(grad_norm)) {
       progress.clear();
       fail(
@@ -234,14 +345,20 @@ TrainResult train(const Config& config, const TrainOptions& options) {
           t, grad_norm, checkpoint_dir(config));
     }
     if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip) {
-      run.backend->scale(grads, float(config.optimizer.grad_clip / grad_norm),
-                         run.model->num_parameters());
+      const ParameterRegion region = run.update_region();
+      run.backend->scale(run.model->gradient_memory() + region.begin,
+                         float(config.optimizer.grad_clip / grad_norm), region.size());
     }
     const double lr = learning_rate(config.optimizer, t);
-    const StepEdq edq = run.optimizer->step(t, lr, *run.comm);
+    // EDQ sums over every parameter once: over TP, and over DP when the updates are sharded.
+    const StepEdq edq =
+        run.optimizer->step(t, lr, layout.zero ? parallel.host_world() : parallel.host_tp());
+    run.gather_parameters();
     run.backend->synchronize();
     step = t;
     const double step_seconds = seconds_since(start);
+    const int64_t tp_bytes = parallel.tp_traffic.bytes - tp_before.bytes;
+    const int64_t dp_bytes = parallel.dp_traffic.bytes - dp_before.bytes;
 
     nlohmann::json record = {{"step", t},
                              {"loss", loss},
@@ -250,6 +367,10 @@ TrainResult train(const Config& config, const TrainOptions& options) {
                              {"tokens_per_s", tokens_per_step / step_seconds},
                              {"ms_per_step", 1e3 * step_seconds},
                              {"consumed_samples", consumed_samples}};
+    if (parallel.multi_rank()) {
+      record["comm_tp_bytes"] = tp_bytes;
+      record["comm_dp_bytes"] = dp_bytes;
+    }
     if (config.optimizer.edq) {
       run.progress.edq.add(edq.total);
       const EdqFigures figures = edq_figures(edq.total);
@@ -272,13 +393,14 @@ TrainResult train(const Config& config, const TrainOptions& options) {
       progress.clear();
       spdlog::info(
           "step {:>6}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f}{} | {:.0f} tok/s | "
-          "{:.0f} ms/step",
+          "{:.0f} ms/step{}",
           t, tc.max_steps, loss,
           evaluate ? fmt::format(" | val loss {:.4f}", result.last_val_loss) : "", lr, grad_norm,
           config.optimizer.edq ? edq_summary(edq_figures(edq.total)) : "",
-          tokens_per_step / step_seconds, 1e3 * step_seconds);
+          tokens_per_step / step_seconds, 1e3 * step_seconds,
+          comm_summary(layout, tp_bytes, dp_bytes));
     }
-    metrics.write(record);  // every step; the console only every log_interval steps
+    write_metrics(record);  // every step; the console only every log_interval steps
     progress.update(t, loss);
     result.last_loss = loss;
     const bool checkpoint_now =
@@ -293,6 +415,20 @@ TrainResult train(const Config& config, const TrainOptions& options) {
   spdlog::default_logger()->flush();  // train.log complete when train() returns
   result.last_step = step;
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const Config& config, const TrainOptions& options) {
+  ParallelRun parallel(config);  // MPI (under mpirun) lives as long as this
+  setup_logging(config, parallel.layout());
+  try {
+    return train_ranks(config, options, parallel);
+  } catch (const std::exception& e) {
+    // A rank that fails alone would leave the others blocked in a collective: end the job.
+    if (parallel.multi_rank()) parallel.abort_job(e.what());
+    throw;
+  }
 }
 
 }  // namespace collage

@@ -23,10 +23,12 @@ struct TrainResult {
   std::string last_checkpoint;
 };
 
-// Throws Error when the config asks for a layout the trainer cannot run yet (tensor
-// parallelism > 1), instead of training something else than asked for.
-void check_trainable_layout(const Config& config);
+// For commands that measure one process (bench): throws Error when started by mpirun with
+// several ranks or configured for tensor parallelism.
+void check_single_process(const Config& config, const char* command);
 
+// Trains; under mpirun every rank calls it (docs/PARALLEL.md). An error on any rank ends the
+// whole job.
 TrainResult train(const Config& config, const TrainOptions& options);
 
 }  // namespace collage

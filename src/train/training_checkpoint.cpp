@@ -1,18 +1,28 @@
-// Saving and restoring a run: see training_checkpoint.h.
+// Saving and restoring a run, at any parallel layout: see training_checkpoint.h.
 #include "train/training_checkpoint.h"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "core/error.h"
+#include "model/tensor_shards.h"
 #include "optim/precision_conversion.h"
 
 namespace collage {
 
+namespace fs = std::filesystem;
+
+bool saves_checkpoint_part(const RankLayout& layout) { return layout.dp_rank == 0 || layout.zero; }
+
 Checkpoint make_training_checkpoint(const Config& config, Backend& backend, const GPT& model,
-                                    const Optimizer& optimizer, const TrainingProgress& progress) {
+                                    const Optimizer& optimizer, const TrainingProgress& progress,
+                                    const RankLayout& layout) {
   Checkpoint ckpt;
   ckpt.step = progress.step;
   nlohmann::json components = nlohmann::json::array();
@@ -29,51 +39,187 @@ Checkpoint make_training_checkpoint(const Config& config, Backend& backend, cons
       {"num_parameters", model.num_parameters()},
       {"data_seed", config.data.seed},
       {"init_seed", config.training.seed},
+      {"layout",
+       {{"tensor_parallel", layout.tp}, {"data_parallel", layout.dp}, {"zero", layout.zero}}},
       {"config", config_to_yaml(config)}};
+  const bool weights = layout.dp_rank == 0;  // the data-parallel replicas hold the same
+  ckpt.meta["part"] = {{"tp_rank", layout.tp_rank},
+                       {"dp_rank", layout.dp_rank},
+                       {"weights", weights},
+                       {"state_begin", optimizer.shard_begin()}};
   // Parameters by name, raw bf16 bits, so a resumed run continues bit for bit.
-  for (const ParameterInfo& p : model.parameters()) {
-    CheckpointTensor t{p.name, "bf16", p.shape, std::vector<uint8_t>(p.numel * sizeof(bf16))};
-    backend.copy_to_host(t.bytes.data(), model.parameter_memory() + p.offset, t.bytes.size());
-    ckpt.tensors.push_back(std::move(t));
+  if (weights) {
+    for (const ParameterInfo& p : model.parameters()) {
+      CheckpointTensor t{p.name, "bf16", p.shape, std::vector<uint8_t>(p.numel * sizeof(bf16))};
+      backend.copy_to_host(t.bytes.data(), model.parameter_memory() + p.offset, t.bytes.size());
+      ckpt.tensors.push_back(std::move(t));
+    }
   }
+  // The state of the elements [shard_begin, shard_begin + shard_elements) of the rank's memory.
   for (const StateComponent& c : optimizer.state()) {
-    CheckpointTensor t{
-        "optimizer." + c.name, c.dtype, {model.num_parameters()}, std::vector<uint8_t>(c.bytes)};
+    CheckpointTensor t{"optimizer." + c.name,
+                       c.dtype,
+                       {optimizer.shard_elements()},
+                       std::vector<uint8_t>(c.bytes)};
     backend.copy_to_host(t.bytes.data(), c.data, t.bytes.size());
     ckpt.tensors.push_back(std::move(t));
   }
   return ckpt;
 }
 
-namespace {
-
-// The checkpoint's weights, in the model's parameter memory order.
-std::vector<bf16> read_parameters(const Checkpoint& ckpt, const GPT& model) {
-  std::vector<bf16> params(model.num_parameters());
-  for (const ParameterInfo& p : model.parameters()) {
-    const CheckpointTensor& t = ckpt.tensor(p.name);
-    COLLAGE_CHECK(t.shape == p.shape && t.dtype == "bf16",
-                  "{}: parameter '{}' has shape {} ({}) in the checkpoint but {} (bf16) in the "
-                  "model: the model config differs from the checkpoint's",
-                  ckpt.path, p.name, fmt::join(t.shape, "x"), t.dtype, fmt::join(p.shape, "x"));
-    std::memcpy(params.data() + p.offset, t.bytes.data(), t.bytes.size());
+std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
+                                const RankLayout& layout, Comm& world, int keep) {
+  const std::string shard_name = (fs::path(checkpoint_shard_directory_name(part.step)) /
+                                  fmt::format("rank_{:05d}.ckpt", layout.world_rank))
+                                     .string();
+  const uint8_t mine = saves_checkpoint_part(layout) ? 1 : 0;
+  if (mine) write_checkpoint_file((fs::path(dir) / shard_name).string(), part);
+  // Fault injection for tests/parallel/checkpoints.py: COLLAGE_TEST_KILL_IN_SAVE=<world rank>
+  // kills that rank in the middle of saving the set (rank 0: once every shard is on disk,
+  // before the manifest), as a crash or a `kill -9` would.
+  const char* kill_rank = std::getenv("COLLAGE_TEST_KILL_IN_SAVE");
+  const bool killed_here = kill_rank && std::atoi(kill_rank) == layout.world_rank;
+  if (killed_here && layout.world_rank != 0) std::raise(SIGKILL);
+  // Who wrote; and when this returns, every rank's file is on disk.
+  std::vector<uint8_t> wrote(size_t(world.size()));
+  world.all_gather(&mine, wrote.data(), 1);
+  if (killed_here) std::raise(SIGKILL);
+  if (world.rank() == 0) {
+    Checkpoint manifest;
+    manifest.step = part.step;
+    manifest.meta = part.meta;
+    manifest.meta.erase("part");
+    nlohmann::json shards = nlohmann::json::array();
+    for (int rank = 0; rank < world.size(); rank++) {
+      if (!wrote[size_t(rank)]) continue;
+      shards.push_back((fs::path(checkpoint_shard_directory_name(part.step)) /
+                        fmt::format("rank_{:05d}.ckpt", rank))
+                           .string());
+    }
+    manifest.meta["shards"] = shards;
+    save_checkpoint(dir, manifest, keep);
   }
-  return params;
+  world.barrier();  // the set is committed when any rank goes on
+  return (fs::path(dir) / checkpoint_file_name(part.step)).string();
 }
 
-// The state components of `precision`, checked against the checkpoint's tensors.
-std::map<std::string, std::vector<uint8_t>> read_state(const Checkpoint& ckpt, Precision precision,
-                                                       int64_t num_parameters) {
-  std::map<std::string, std::vector<uint8_t>> state;
-  for (const StateComponent& c : Optimizer::components(precision)) {
-    const CheckpointTensor& t = ckpt.tensor("optimizer." + c.name);
-    COLLAGE_CHECK(t.dtype == c.dtype && t.bytes.size() == size_t(num_parameters) * c.element_bytes,
-                  "{}: optimizer state '{}' is {} bytes of {}, expected {} bytes of {} for {}",
-                  ckpt.path, c.name, t.bytes.size(), t.dtype,
-                  size_t(num_parameters) * c.element_bytes, c.dtype, precision_name(precision));
-    state[c.name] = t.bytes;
+namespace {
+
+// A saved layout's part: which tensor-parallel rank, and where its optimizer state starts.
+struct SavedPart {
+  int tp_rank = 0;
+  bool weights = true;
+  int64_t state_begin = 0;
+  Checkpoint ckpt;
+};
+
+// Every tensor of the model whole (tensor-parallel 1 shapes of the saved layout), as raw
+// little-endian elements: the weights, and each optimizer state component.
+struct WholeTensors {
+  std::map<std::string, std::vector<uint8_t>> params;
+  std::map<std::string, std::map<std::string, std::vector<uint8_t>>> state;  // component, tensor
+};
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The parts a checkpoint path stands for: itself, or the shards its manifest lists.
+std::vector<SavedPart> load_parts(const Checkpoint& top) {
+  std::vector<SavedPart> parts;
+  auto describe = [](Checkpoint ckpt) {
+    SavedPart part;
+    if (ckpt.meta.contains("part")) {  // single-process checkpoints have no "part"
+      const nlohmann::json& p = ckpt.meta.at("part");
+      part.tp_rank = p.at("tp_rank").get<int>();
+      part.weights = p.at("weights").get<bool>();
+      part.state_begin = p.at("state_begin").get<int64_t>();
+    }
+    part.ckpt = std::move(ckpt);
+    return part;
+  };
+  const std::vector<std::string> shards = checkpoint_shard_paths(top);
+  if (shards.empty()) {
+    parts.push_back(describe(top));
+  } else {
+    for (const std::string& shard : shards) parts.push_back(describe(load_checkpoint(shard)));
   }
-  return state;
+  return parts;
+}
+
+// Puts the saved parts (tensor-parallel size saved_tp) back into whole tensors.
+WholeTensors assemble(const std::vector<SavedPart>& parts, const std::string& path,
+                      const ModelConfig& model, int saved_tp, Precision precision) {
+  const std::vector<ParameterInfo> table = gpt_parameter_table(model, saved_tp);
+  int64_t rank_elements = 0;  // each tensor-parallel rank's parameter memory
+  for (const ParameterInfo& info : table) rank_elements += info.numel;
+  WholeTensors whole;
+  for (const ParameterInfo& info : table)
+    whole.params[info.name].resize(numel_of(info.full_shape) * 2);
+  const std::vector<StateComponent> components = Optimizer::components(precision);
+  for (const StateComponent& c : components)
+    for (const ParameterInfo& info : table)
+      whole.state[c.name][info.name].resize(numel_of(info.full_shape) * c.element_bytes);
+
+  for (int r = 0; r < saved_tp; r++) {
+    const ParallelLayout layout{saved_tp, r};
+    bool have_weights = false;
+    // The rank's flat state, from the parts that hold pieces of it (ZeRO-1 shards or one).
+    std::map<std::string, std::vector<uint8_t>> flat;
+    for (const StateComponent& c : components) flat[c.name].resize(rank_elements * c.element_bytes);
+    int64_t covered = 0;
+    for (const SavedPart& part : parts) {
+      if (part.tp_rank != r) continue;
+      if (part.weights && !have_weights) {
+        for (const ParameterInfo& info : table) {
+          const CheckpointTensor& t = part.ckpt.tensor(info.name);
+          COLLAGE_CHECK(t.shape == info.shape && t.dtype == "bf16",
+                        "{}: parameter '{}' has shape {} ({}) in the checkpoint but {} (bf16) in "
+                        "the model at tensor-parallel {}: the model config differs from the "
+                        "checkpoint's",
+                        part.ckpt.path, info.name, fmt::join(t.shape, "x"), t.dtype,
+                        fmt::join(info.shape, "x"), saved_tp);
+          copy_shard_into(t.bytes.data(), whole.params[info.name].data(), info, layout, 2);
+        }
+        have_weights = true;
+      }
+      int64_t count = 0;
+      for (const StateComponent& c : components) {
+        const CheckpointTensor& t = part.ckpt.tensor("optimizer." + c.name);
+        COLLAGE_CHECK(
+            t.dtype == c.dtype && t.shape.size() == 1,
+            "{}: optimizer state '{}' is {} of shape [{}], expected a vector of {} for {}",
+            part.ckpt.path, c.name, t.dtype, fmt::join(t.shape, ", "), c.dtype,
+            precision_name(precision));
+        // A ZeRO-1 shard may reach into the padding behind the parameters: not kept.
+        count = std::clamp<int64_t>(rank_elements - part.state_begin, 0, t.shape[0]);
+        std::memcpy(flat[c.name].data() + part.state_begin * c.element_bytes, t.bytes.data(),
+                    size_t(count) * c.element_bytes);
+      }
+      covered += count;
+    }
+    COLLAGE_CHECK(have_weights && covered == rank_elements,
+                  "{}: the checkpoint lacks {} of tensor-parallel rank {} of {} (a shard is "
+                  "missing)",
+                  path, have_weights ? "optimizer state" : "the weights", r, saved_tp);
+    for (const StateComponent& c : components)
+      for (const ParameterInfo& info : table)
+        copy_shard_into(flat[c.name].data() + info.offset * c.element_bytes,
+                        whole.state[c.name][info.name].data(), info, layout, c.element_bytes);
+  }
+  return whole;
+}
+
+// A whole tensor of `rows` rows brought to `wanted_rows` (the padded vocabulary grows with the
+// tensor-parallel size): rows cut off or zero rows added at the end. Padding rows are zero in
+// the weights and every state component, so nothing is lost.
+std::vector<uint8_t> with_rows(std::vector<uint8_t> tensor, int64_t rows, int64_t wanted_rows) {
+  if (rows == wanted_rows) return tensor;
+  const size_t row_bytes = tensor.size() / size_t(rows);
+  tensor.resize(row_bytes * size_t(wanted_rows), 0);
+  return tensor;
 }
 
 }  // namespace
@@ -81,8 +227,8 @@ std::map<std::string, std::vector<uint8_t>> read_state(const Checkpoint& ckpt, P
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
                                              Backend& backend, GPT& model, Optimizer& optimizer,
                                              bool convert_precision) {
-  Checkpoint ckpt = load_checkpoint(path);
-  const std::string saved_name = ckpt.meta.value("precision", "");
+  const Checkpoint top = load_checkpoint(path);
+  const std::string saved_name = top.meta.value("precision", "");
   Precision saved;
   try {
     saved = parse_precision(saved_name);
@@ -90,8 +236,6 @@ TrainingProgress restore_training_checkpoint(const std::string& path, const Conf
     fail("{}: checkpoint metadata: {}", path, e.what());
   }
   const Precision wanted = optimizer.precision();
-  HostTrainingState state{saved, read_parameters(ckpt, model),
-                          read_state(ckpt, saved, model.num_parameters())};
   if (saved != wanted) {
     COLLAGE_CHECK(convert_precision,
                   "{}: the checkpoint was trained with optimizer.precision '{}' but the config "
@@ -100,36 +244,71 @@ TrainingProgress restore_training_checkpoint(const std::string& path, const Conf
                   "{} to {})",
                   path, saved_name, precision_name(wanted), saved_name, saved_name,
                   precision_name(wanted));
+  }
+  int saved_tp = 1, saved_dp = 1;
+  if (top.meta.contains("layout")) {
+    saved_tp = top.meta.at("layout").at("tensor_parallel").get<int>();
+    saved_dp = top.meta.at("layout").at("data_parallel").get<int>();
+  }
+  const WholeTensors whole = assemble(load_parts(top), path, config.model, saved_tp, saved);
+
+  // Cut this rank's shard of every tensor, in its parameter memory order.
+  const ParallelLayout layout = model.layout();
+  const std::vector<ParameterInfo> saved_table = gpt_parameter_table(config.model, saved_tp);
+  std::map<std::string, int64_t> saved_rows;
+  for (const ParameterInfo& info : saved_table) saved_rows[info.name] = info.full_shape[0];
+  const int64_t n = model.num_parameters();
+  HostTrainingState state{saved, std::vector<bf16>(n), {}};
+  for (const StateComponent& c : Optimizer::components(saved))
+    state.state[c.name].resize(n * c.element_bytes);
+  for (const ParameterInfo& info : model.parameters()) {
+    const int64_t rows = saved_rows.at(info.name), wanted_rows = info.full_shape[0];
+    copy_shard_out_of(with_rows(whole.params.at(info.name), rows, wanted_rows).data(),
+                      state.params.data() + info.offset, info, layout, 2);
+    for (const StateComponent& c : Optimizer::components(saved))
+      copy_shard_out_of(with_rows(whole.state.at(c.name).at(info.name), rows, wanted_rows).data(),
+                        state.state[c.name].data() + info.offset * c.element_bytes, info, layout,
+                        c.element_bytes);
+  }
+  if (saved != wanted) {
     state = convert_training_state(state, wanted);
     spdlog::info("converted the optimizer state of {} from {} to {}", path, saved_name,
                  precision_name(wanted));
   }
-  const std::string saved_order = ckpt.meta.value("adam_order", "torch");
+  const std::string saved_order = top.meta.value("adam_order", "torch");
   if (saved_order != adam_order_name(config.optimizer.adam_order))
     spdlog::warn("{}: trained with optimizer.adam_order {}, continuing with {}", path, saved_order,
                  adam_order_name(config.optimizer.adam_order));
 
-  backend.copy_to_device(model.parameter_memory(), state.params.data(),
-                         state.params.size() * sizeof(bf16));
+  backend.copy_to_device(model.parameter_memory(), state.params.data(), n * sizeof(bf16));
+  // The optimizer's shard of the state; past the parameters (ZeRO-1 padding) it stays zero.
+  const int64_t begin = optimizer.shard_begin();
+  const int64_t count = std::clamp<int64_t>(n - begin, 0, optimizer.shard_elements());
   for (const StateComponent& c : optimizer.state()) {
     const std::vector<uint8_t>& bytes = state.state.at(c.name);
-    COLLAGE_CHECK(bytes.size() == c.bytes, "{}: optimizer state '{}' has {} bytes, expected {}",
-                  path, c.name, bytes.size(), c.bytes);
-    backend.copy_to_device(c.data, bytes.data(), bytes.size());
+    COLLAGE_CHECK(bytes.size() == size_t(n) * c.element_bytes,
+                  "{}: optimizer state '{}' has {} bytes, expected {}", path, c.name, bytes.size(),
+                  size_t(n) * c.element_bytes);
+    backend.copy_to_device(c.data, bytes.data() + begin * c.element_bytes,
+                           size_t(count) * c.element_bytes);
   }
   // The rounding stream continues with the checkpoint's key (older checkpoints have none).
-  if (ckpt.meta.contains("rounding_seed"))
-    optimizer.set_rounding_seed(ckpt.meta.at("rounding_seed").get<uint64_t>());
+  if (top.meta.contains("rounding_seed"))
+    optimizer.set_rounding_seed(top.meta.at("rounding_seed").get<uint64_t>());
 
   TrainingProgress progress;
-  progress.step = ckpt.meta.at("step").get<int64_t>();
-  progress.consumed_samples = ckpt.meta.at("consumed_samples").get<int64_t>();
-  if (ckpt.meta.contains("edq_cumulative")) {
-    progress.edq.dot = ckpt.meta.at("edq_cumulative").at("dot").get<double>();
-    progress.edq.u_squared = ckpt.meta.at("edq_cumulative").at("u_squared").get<double>();
+  progress.step = top.meta.at("step").get<int64_t>();
+  progress.consumed_samples = top.meta.at("consumed_samples").get<int64_t>();
+  if (top.meta.contains("edq_cumulative")) {
+    progress.edq.dot = top.meta.at("edq_cumulative").at("dot").get<double>();
+    progress.edq.u_squared = top.meta.at("edq_cumulative").at("u_squared").get<double>();
   }
-  spdlog::info("resumed from {} at step {} ({} samples consumed)", path, progress.step,
-               progress.consumed_samples);
+  spdlog::info(
+      "resumed from {} at step {} ({} samples consumed){}", path, progress.step,
+      progress.consumed_samples,
+      saved_tp != layout.tp || saved_dp != 1
+          ? fmt::format(", saved at tensor-parallel {} x data-parallel {}", saved_tp, saved_dp)
+          : "");
   return progress;
 }
 

@@ -1,17 +1,25 @@
 #pragma once
-// A run's state <-> a Checkpoint: the weights by parameter name, every optimizer state
+// A run's state <-> checkpoints: the weights by parameter name, every optimizer state
 // component by name ("optimizer.m", "optimizer.dtheta", ...), the counters, the
 // stochastic-rounding seed and the cumulative EDQ sums, so that a resumed run continues bit
 // for bit under every precision strategy. Resuming under another strategy converts the state
 // (precision_conversion.h) only when asked to.
+//
+// Under parallelism (docs/PARALLEL.md, "Checkpoints") each rank saves its part: the weights
+// of its tensor-parallel shard (data-parallel rank 0 only: the replicas hold the same), and
+// the optimizer state it keeps (its ZeRO-1 shard; without ZeRO, data-parallel rank 0's).
+// Restoring puts the saved parts back into whole tensors and cuts them for the current
+// layout, so a run resumes at any tensor- or data-parallel size, and bit for bit at the same.
 #include <string>
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/comm.h"
 #include "model/gpt.h"
 #include "optim/edq.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
+#include "train/parallel_run.h"
 
 namespace collage {
 
@@ -22,13 +30,26 @@ struct TrainingProgress {
   EdqCumulative edq;             // Σ ⟨Δ, u⟩ and Σ ‖u‖² over the steps so far
 };
 
-Checkpoint make_training_checkpoint(const Config& config, Backend& backend, const GPT& model,
-                                    const Optimizer& optimizer, const TrainingProgress& progress);
+// Whether a rank of `layout` has a part to save (see above).
+bool saves_checkpoint_part(const RankLayout& layout);
 
-// Loads `path` into the model and optimizer (already constructed from `config`) and returns
-// the progress it records. A checkpoint of another optimizer.precision is refused, naming
-// both strategies and --convert-precision, unless convert_precision is set: then its state
-// is converted to the config's strategy.
+// This rank's part. Its metadata holds the run's (step, counters, config, layout) and, under
+// "part", the rank's place (tp_rank, dp_rank, state_begin).
+Checkpoint make_training_checkpoint(const Config& config, Backend& backend, const GPT& model,
+                                    const Optimizer& optimizer, const TrainingProgress& progress,
+                                    const RankLayout& layout = {});
+
+// A multi-rank save: every rank calls it with its part (ignored when !saves_checkpoint_part);
+// the parts go to <dir>/step_N.shards/rank_R.ckpt, then rank 0 commits the set's manifest
+// <dir>/step_N.ckpt (checkpoint.h). Returns the manifest's path on every rank, once it is
+// committed.
+std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
+                                const RankLayout& layout, Comm& world, int keep);
+
+// Loads `path` (a single checkpoint or a set's manifest, saved at any layout) into the model
+// and optimizer (already constructed from `config` for this rank) and returns the progress it
+// records. A checkpoint of another optimizer.precision is refused, naming both strategies and
+// --convert-precision, unless convert_precision is set: then its state is converted.
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
                                              Backend& backend, GPT& model, Optimizer& optimizer,
                                              bool convert_precision);

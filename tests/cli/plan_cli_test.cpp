@@ -106,12 +106,22 @@ TEST(Plan, ShardsParametersGradientsAndStateOverTensorAndDataParallelRanks) {
     EXPECT_EQ(r.parameter_bytes, size_t(r.parameters) * 2);
     EXPECT_EQ(r.gradient_bytes, size_t(r.parameters) * 2);
   }
-  // ZeRO-1 over 4 data-parallel ranks: each holds a quarter of every state component.
-  const MemoryReport one = plan_memory(big, 8, 1, 1), four = plan_memory(big, 8, 4, 1);
-  EXPECT_EQ(four.parameter_bytes, one.parameter_bytes);
+  // ZeRO-1 over 4 data-parallel ranks: the parameter memory padded to 4 shards of a multiple of
+  // 64 elements, each rank holding one shard of every state component.
+  const MemoryReport one = plan_memory(big, 8, 1, 1);
+  Config zero = big;
+  zero.parallel.zero = 1;
+  const MemoryReport four = plan_memory(zero, 8, 4, 1);
+  const size_t elements = (size_t(one.parameters) + 4 * 64 - 1) / (4 * 64) * (4 * 64);
+  EXPECT_TRUE(four.zero);
+  EXPECT_EQ(four.parameter_bytes, elements * 2);
+  for (size_t i = 0; i < one.state.size(); i++) EXPECT_EQ(four.state[i].bytes, elements / 4 * 2);
+  EXPECT_NEAR(four.bytes_per_parameter(), 4 + 8.0 / 4, 1e-6);
+  // Without ZeRO every data-parallel rank holds the whole state.
+  const MemoryReport replicated = plan_memory(big, 8, 4, 1);
+  EXPECT_EQ(replicated.parameter_bytes, one.parameter_bytes);
   for (size_t i = 0; i < one.state.size(); i++)
-    EXPECT_EQ(four.state[i].bytes, (size_t(one.parameters) + 3) / 4 * 2);
-  EXPECT_EQ(four.bytes_per_parameter(), 4 + 8.0 / 4);
+    EXPECT_EQ(replicated.state[i].bytes, size_t(one.parameters) * 2);
 }
 
 TEST(Plan, LargestMicroBatchIsTheLastThatFits) {

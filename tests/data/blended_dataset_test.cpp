@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "data/pretraining_sampler.h"
 #include "reference_fixture.h"
@@ -103,6 +105,35 @@ TEST(PretrainingSampler, MatchesMegatronSampler) {
       }
       // The reference stops when a whole global micro-batch no longer fits.
       EXPECT_THROW(micro_batch_sample_indices(consumed, mbs, dp, r, total), Error);
+    }
+  }
+}
+
+// What the trainer does with it (src/train/trainer.cpp): per optimizer step, each of dp ranks
+// reads global_batch / (micro_batch · dp) micro-batches. Over the ranks, a step's samples are
+// exactly the single process's step: every sample once, none skipped, in any layout.
+TEST(PretrainingSampler, DataParallelRanksSplitEachGlobalBatch) {
+  const int64_t global_batch = 24, total = 1000;
+  for (int64_t micro_batch : {1, 2, 3}) {
+    for (int64_t dp : {1, 2, 4}) {
+      if (global_batch % (micro_batch * dp) != 0) continue;
+      SCOPED_TRACE(::testing::Message() << "micro_batch " << micro_batch << " dp " << dp);
+      const int64_t micro_steps = global_batch / (micro_batch * dp);
+      int64_t consumed = 0;
+      for (int step = 0; step < 5; step++) {
+        std::vector<int64_t> seen;
+        for (int64_t m = 0; m < micro_steps; m++) {
+          for (int64_t r = 0; r < dp; r++) {
+            for (int64_t i : micro_batch_sample_indices(consumed, micro_batch, dp, r, total))
+              seen.push_back(i);
+          }
+          consumed += micro_batch * dp;
+        }
+        std::sort(seen.begin(), seen.end());
+        std::vector<int64_t> single(global_batch);  // one process: the next global_batch samples
+        for (int64_t i = 0; i < global_batch; i++) single[i] = step * global_batch + i;
+        EXPECT_EQ(seen, single) << "step " << step;
+      }
     }
   }
 }
