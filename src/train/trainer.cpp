@@ -377,6 +377,7 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       record["edq"] = figures.edq;
       record["edq_ratio"] = figures.edq_ratio;
       record["lost_frac"] = figures.lost_frac;
+      record["updated"] = edq.total.updated;  // parameters with a non-zero update, each once
       record["edq_ratio_cumulative"] = run.progress.edq.ratio();
       if (!edq.groups.empty()) {
         nlohmann::json groups = nlohmann::json::object();

@@ -77,7 +77,10 @@ class Runner:
 
     def metrics(self, run):
         with open(os.path.join(self.work, run, "metrics.jsonl")) as f:
-            return {r["step"]: r for r in (json.loads(line) for line in f if line.strip())}
+            records = [json.loads(line) for line in f if line.strip()]
+        by_step = {r["step"]: r for r in records}
+        check(len(by_step) == len(records), "%s: a step appears twice in metrics.jsonl" % run)
+        return by_step
 
 
 def memory_rows(text):
@@ -104,9 +107,16 @@ def main():
         layout = ["parallel.tensor_parallel=2", "parallel.zero=1"]
 
         # 1. straight run at TP=2 x DP=2, ZeRO-1; its memory and traffic against plan
-        r.train("straight", 4, layout)
+        r.train("straight", 4, layout + ["logging.all_ranks=true"])
         with open(os.path.join(work, "straight", "train.log")) as f:
             log = f.read()
+        # Rank 0 logs and writes the metrics, once per step; the others their own logs.
+        check(sorted(r.metrics("straight")) == list(range(9)),
+              "metrics.jsonl of a 4-rank run does not hold steps 0..8 once each")
+        for rank in (1, 2, 3):
+            path = os.path.join(work, "straight", "rank_%d.log" % rank)
+            check(os.path.exists(path) and "[rank %d]" % rank in open(path).read(),
+                  "logging.all_ranks: no %s" % path)
         plan = subprocess.run([args.collage, "plan", r.config, "--tensor-parallel", "2",
                                "--data-parallel", "2", "--set", "parallel.zero=1"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
