@@ -131,6 +131,34 @@ __global__ void cross_entropy_forward_kernel(float* losses, const bf16_t* logits
   if (threadIdx.x == 0) losses[row] = log_sum_exp(s) - s.target_logit;
 }
 
+// dx[j] += (exp_approx(x[j] − lse) − [j == target])·dloss for the columns j < columns of one
+// row, by the whole block: the cpu's expressions (src/backend/cpu/cross_entropy.cpp). A target
+// outside [0, columns) (another rank's column) adds no −1. Columns from `columns` on (padding)
+// are not written. kVectorized: x and dx 16-byte aligned.
+template <bool kVectorized>
+__device__ void add_softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, float lse,
+                                     int64_t target, float dloss) {
+  auto gradient = [&](int j, float x_j, float dx_j) {
+    const float p = math::exp_approx(x_j - lse);
+    return dx_j + (j == target ? p - 1.0f : p) * dloss;
+  };
+  int scalar_begin = 0;  // columns from here on go one at a time
+  if constexpr (kVectorized) {
+    const int groups = columns / kVector;  // whole groups only: padding columns are not written
+    for (int group = threadIdx.x; group < groups; group += blockDim.x) {
+      const int j = group * kVector;
+      const Packed128<bf16_t> xs = load128(x + j);
+      Packed128<bf16_t> ds = load128(dx + j);
+      for (int k = 0; k < kVector; k++)
+        ds.values[k] = to_bf16(gradient(j + k, to_float(xs.values[k]), to_float(ds.values[k])));
+      store128(dx + j, ds);
+    }
+    scalar_begin = groups * kVector;
+  }
+  for (int j = scalar_begin + int(threadIdx.x); j < columns; j += blockDim.x)
+    dx[j] = to_bf16(gradient(j, to_float(x[j]), to_float(dx[j])));
+}
+
 // dlogits (N, Vp) += (softmax − onehot(target))·dloss in columns j < V of block `row`'s row.
 template <bool kVectorized>
 __global__ void cross_entropy_backward_kernel(bf16_t* dlogits, const bf16_t* logits,
@@ -142,27 +170,7 @@ __global__ void cross_entropy_backward_kernel(bf16_t* dlogits, const bf16_t* log
   bf16_t* dx = dlogits + row * Vp;        // (Vp)
   __shared__ float statistics_shared[kStatisticsShared];
   const float lse = log_sum_exp(row_statistics<kVectorized>(x, V, target, statistics_shared));
-  // The cpu's expressions: exp_approx(x − lse)·dloss, and (exp_approx(x − lse) − 1)·dloss at
-  // the target.
-  auto gradient = [&](int j, float x_j, float dx_j) {
-    const float p = math::exp_approx(x_j - lse);
-    return dx_j + (j == target ? p - 1.0f : p) * dloss;
-  };
-  int scalar_begin = 0;  // columns from here on go one at a time
-  if constexpr (kVectorized) {
-    const int groups = V / kVector;  // whole groups only: the padding columns are not written
-    for (int group = threadIdx.x; group < groups; group += blockDim.x) {
-      const int j = group * kVector;
-      const Packed128<bf16_t> xs = load128(x + j);
-      Packed128<bf16_t> ds = load128(dx + j);
-      for (int k = 0; k < kVector; k++)
-        ds.values[k] = to_bf16(gradient(j + k, to_float(xs.values[k]), to_float(ds.values[k])));
-      store128(dx + j, ds);
-    }
-    scalar_begin = groups * kVector;
-  }
-  for (int j = scalar_begin + int(threadIdx.x); j < V; j += blockDim.x)
-    dx[j] = to_bf16(gradient(j, to_float(x[j]), to_float(dx[j])));
+  add_softmax_gradient<kVectorized>(dx, x, V, lse, target, dloss);
 }
 
 void check_shape(const char* op, int64_t N, int V, int Vp) {
@@ -273,28 +281,8 @@ __global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_
   const int target = targets[row];
   if (target < 0 || target >= V) return;                       // ignored rows get nothing
   const int64_t local_target = int64_t(target) - vocab_begin;  // outside [0, real): another rank's
-  const float row_lse = lse[row];
-  const bf16_t* x = logits + row * Vl;  // (Vl)
-  bf16_t* dx = dlogits + row * Vl;      // (Vl)
-  auto gradient = [&](int j, float x_j, float dx_j) {
-    const float p = math::exp_approx(x_j - row_lse);
-    return dx_j + (j == local_target ? p - 1.0f : p) * dloss;
-  };
-  int scalar_begin = 0;  // columns from here on go one at a time
-  if constexpr (kVectorized) {
-    const int groups = real / kVector;  // whole groups only: the padding columns are not written
-    for (int group = threadIdx.x; group < groups; group += blockDim.x) {
-      const int j = group * kVector;
-      const Packed128<bf16_t> xs = load128(x + j);
-      Packed128<bf16_t> ds = load128(dx + j);
-      for (int k = 0; k < kVector; k++)
-        ds.values[k] = to_bf16(gradient(j + k, to_float(xs.values[k]), to_float(ds.values[k])));
-      store128(dx + j, ds);
-    }
-    scalar_begin = groups * kVector;
-  }
-  for (int j = scalar_begin + int(threadIdx.x); j < real; j += blockDim.x)
-    dx[j] = to_bf16(gradient(j, to_float(x[j]), to_float(dx[j])));
+  add_softmax_gradient<kVectorized>(dlogits + row * Vl, logits + row * Vl, real, lse[row],
+                                    local_target, dloss);
 }
 
 void check_shard(const char* op, int64_t N, int V, int Vl, int64_t vocab_begin) {
