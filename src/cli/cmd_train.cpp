@@ -25,7 +25,11 @@ void add_train_command(CLI::App& root) {
       "EDQ ratio and share of lost updates, tokens/s, ms/step) to the console and\n"
       "<logging.dir>/train.log, metrics to <logging.dir>/metrics.jsonl, the resolved config\n"
       "to <logging.dir>/config.yaml, and checkpoints to <checkpoint.dir> (default\n"
-      "<logging.dir>/checkpoints) every checkpoint.interval steps and at the end.");
+      "<logging.dir>/checkpoints) every checkpoint.interval steps and at the end.\n"
+      "Parallel: `mpirun -np N collage train CONFIG` trains on N ranks, parallel.tensor_parallel\n"
+      "per tensor-parallel group and N / tensor_parallel data-parallel replicas (parallel.zero: 1\n"
+      "shards the optimizer state over them); rank 0 logs, step lines add each rank's TP/DP\n"
+      "traffic, and checkpoints resume at any layout (docs/PARALLEL.md, scripts/launch/).");
   cmd->add_option("config", options->config_path, "YAML config file (see configs/)")
       ->required()
       ->check(CLI::ExistingFile);

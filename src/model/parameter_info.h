@@ -8,7 +8,7 @@
 
 namespace collage {
 
-// How a tensor is split over the tensor-parallel ranks (PARALLEL.md §1). Shapes are in
+// How a tensor is split over the tensor-parallel ranks (docs/PARALLEL.md §3). Shapes are in
 // PyTorch [out, in] order, so "rows" is the output dimension.
 enum class TensorSplit {
   replicated,  // every rank holds the full tensor (layernorms, row-parallel biases, wpe)

@@ -87,7 +87,7 @@ TEST(Plan, BytesPerParameterOfEveryStrategyMatchTheCollageTable) {
 }
 
 // Per-rank parameters of a learned-position, tied GPT split t ways, counted from the
-// architecture (PARALLEL.md §1): vocab-parallel embedding, column-parallel qkv/fc1 (with
+// architecture (docs/PARALLEL.md §3): vocab-parallel embedding, column-parallel qkv/fc1 (with
 // their biases), row-parallel proj/fc2 (full biases), replicated layernorms and positions.
 int64_t shard_parameters(int64_t L, int64_t C, int64_t V, int64_t T, int64_t t) {
   const int64_t Vp = (V + 128 * t - 1) / (128 * t) * (128 * t);
@@ -99,7 +99,7 @@ int64_t shard_parameters(int64_t L, int64_t C, int64_t V, int64_t T, int64_t t) 
 TEST(Plan, ShardsParametersGradientsAndStateOverTensorAndDataParallelRanks) {
   Config big = load_config(std::string(COLLAGE_SOURCE_DIR) + "/configs/gpt/6.7b.yaml");
   big.optimizer.precision = Precision::collage_plus;
-  EXPECT_EQ(plan_memory(big, 1, 1, 1).parameters, 6658596864);  // PARALLEL.md §9: 6658.60M
+  EXPECT_EQ(plan_memory(big, 1, 1, 1).parameters, 6658596864);  // 6658.60 M: GPT-3 6.7B
   for (int t : {1, 2, 8}) {
     const MemoryReport r = plan_memory(big, t, 1, 1);
     EXPECT_EQ(r.parameters, shard_parameters(32, 4096, 50257, 2048, t)) << t;
