@@ -153,17 +153,109 @@ MpiSession::MpiSession() {
     MPI_Finalize();
     fail("MPI: the library gives thread level {}, the trainer needs MPI_THREAD_FUNNELED", provided);
   }
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &finalize_comm_), "MPI_Comm_dup (finalize rendezvous)");
   active_ = true;
   uncaught_exceptions_ = std::uncaught_exceptions();
 }
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// "ranks 1, 3" / "rank 2"
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string list = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t k = 0; k < ranks.size(); ++k) list += (k ? ", " : "") + std::to_string(ranks[k]);
+  return list;
+}
+
+// The rendezvous before MPI_Finalize (mpi_comm.h): every rank tells rank 0 it has arrived, rank 0
+// waits up to `timeout_seconds` for all of them and then tells each to go on. A rank missing at
+// the deadline is named and the job ended with MPI_Abort, which (MPI not being finalized yet)
+// ends every rank, stopped ones too. The other ranks wait twice as long for rank 0's answer, so
+// that rank 0 is the one that names a missing rank; only a missing rank 0 is named by them.
+// Every request is complete on return: nothing is left pending for MPI_Finalize.
+void rendezvous_before_finalize(MPI_Comm comm, double timeout_seconds) {
+  static const int kArrived = 1, kGoOn = 2;  // never change under MPI_Isend
+  constexpr int kTag = 0;                    // the communicator carries nothing else
+  int rank = 0, size = 1;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  const double wait_seconds = rank == 0 ? timeout_seconds : 2 * timeout_seconds;
+  const Clock::time_point deadline =
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_seconds));
+  // Rank 0: one receive per other rank (index r), then one send each. Others: one send to rank 0
+  // and one receive from it.
+  std::vector<int> received(size_t(size), 0);  // (N)
+  std::vector<MPI_Request> requests;
+  if (rank == 0) {
+    requests.assign(size_t(size), MPI_REQUEST_NULL);
+    for (int r = 1; r < size; ++r) {
+      check_mpi(MPI_Irecv(&received[size_t(r)], 1, MPI_INT, r, kTag, comm, &requests[size_t(r)]),
+                "MPI_Irecv (finalize rendezvous)");
+    }
+  } else {
+    requests.assign(2, MPI_REQUEST_NULL);
+    check_mpi(MPI_Isend(&kArrived, 1, MPI_INT, 0, kTag, comm, &requests[0]),
+              "MPI_Isend (finalize rendezvous)");
+    check_mpi(MPI_Irecv(&received[0], 1, MPI_INT, 0, kTag, comm, &requests[1]),
+              "MPI_Irecv (finalize rendezvous)");
+  }
+  while (true) {
+    int all_completed = 0;
+    check_mpi(
+        MPI_Testall(int(requests.size()), requests.data(), &all_completed, MPI_STATUSES_IGNORE),
+        "MPI_Testall (finalize rendezvous)");
+    if (all_completed) break;
+    if (Clock::now() > deadline) {
+      if (rank == 0) {
+        std::vector<int> missing;  // ranks whose arrival is still awaited
+        for (int r = 1; r < size; ++r) {
+          int arrived = 0;
+          check_mpi(MPI_Test(&requests[size_t(r)], &arrived, MPI_STATUS_IGNORE),
+                    "MPI_Test (finalize rendezvous)");
+          if (!arrived) missing.push_back(r);
+        }
+        if (missing.empty()) continue;  // the last ones arrived just now
+        fmt::print(stderr,
+                   "collage: error: MPI_Finalize has waited {} s for the other ranks: {} (of {}) "
+                   "{} not reached it: {} or stalled after the rank watchdog stopped; ending the "
+                   "job\n",
+                   timeout_seconds, rank_list(missing), size, missing.size() == 1 ? "has" : "have",
+                   missing.size() == 1 ? "it died" : "they died");
+      } else {
+        fmt::print(stderr,
+                   "collage: error: rank {} (of {}): MPI_Finalize has waited {} s for rank 0 to "
+                   "see every rank reach it: rank 0 died or stalled after the rank watchdog "
+                   "stopped; ending the job\n",
+                   rank, size, wait_seconds);
+      }
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);  // ends every rank; mpirun exits with status 1
+      std::abort();                  // MPI_Abort does not return
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r) {
+      check_mpi(MPI_Isend(&kGoOn, 1, MPI_INT, r, kTag, comm, &requests[size_t(r)]),
+                "MPI_Isend (finalize rendezvous)");
+    }
+    // 4-byte sends complete eagerly, and every receiver is waiting for this one.
+    check_mpi(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall (finalize rendezvous)");
+  }
+}
+
 // MPI_Finalize waits for every rank (Open MPI 4.1 synchronises all ranks in it: measured, one
-// rank 10 s late holds the others 10 s). After the watchdog's closing handshake every rank is on
-// its way here, but one that stalls in between would hang the others in this wait with no
-// watchdog left to notice: past `timeout_seconds`, end this rank with status 1 instead, and
-// mpirun ends the job. timeout_seconds == 0: unbounded.
+// rank 10 s late holds the others 10 s). After the rendezvous every rank is at its door, so the
+// wait is short; a rank stopped in the instructions between the two would still hold the others
+// forever: past `timeout_seconds`, end this rank with status 1 instead. This is a last resort:
+// ranks that exit inside MPI_Finalize's wait sometimes leave mpirun (Open MPI 4.1.4, PMIx 4.2)
+// deadlocked in its own PMIx_server_finalize with every rank gone (measured under load: 3 runs
+// of 24), which is why the rendezvous above, ending the job with MPI_Abort before
+// MPI_Finalize, is the bound that counts. timeout_seconds == 0: unbounded.
 void finalize_within(double timeout_seconds) {
   if (timeout_seconds <= 0) {
     MPI_Finalize();
@@ -180,9 +272,8 @@ void finalize_within(double timeout_seconds) {
     const auto timeout = std::chrono::duration<double>(timeout_seconds);
     if (finalized_changed.wait_for(lock, timeout, [&] { return finalized; })) return;
     fmt::print(stderr,
-               "collage: error: rank {} (of {}): MPI_Finalize has waited {} s for the other "
-               "ranks: one of them died or stalled after the rank watchdog stopped; ending the "
-               "job\n",
+               "collage: error: rank {} (of {}): MPI_Finalize has not returned {} s after every "
+               "rank reached it: one of them died or stalled on the way in; ending this rank\n",
                rank, size, timeout_seconds);
     std::fflush(stderr);
     std::_Exit(1);
@@ -209,6 +300,8 @@ MpiSession::~MpiSession() {
   const double timeout_seconds = rank_watchdog_timeout();
   try {
     stop_rank_watchdog();
+    if (timeout_seconds > 0) rendezvous_before_finalize(finalize_comm_, timeout_seconds);
+    check_mpi(MPI_Comm_free(&finalize_comm_), "MPI_Comm_free (finalize rendezvous)");
   } catch (const Error& e) {
     // A destructor cannot throw; an MPI call failing here has no one left to tell but stderr.
     fmt::print(stderr, "collage: error: {}\n", e.what());

@@ -20,9 +20,18 @@ int launched_world_size();
 // Construction: MPI_Init_thread asking for MPI_THREAD_MULTIPLE (the rank watchdog's heartbeat
 // thread calls MPI beside the main thread, src/dist/rank_watchdog.h); fails below
 // MPI_THREAD_FUNNELED, which is all the rest needs.
-// Destruction, normally: stop_rank_watchdog() (collective), then MPI_Finalize, which waits for
-// every rank; while the watchdog ran, that wait is bounded by its timeout (past it this rank
-// exits with status 1, and mpirun ends the job).
+// Destruction, normally: stop_rank_watchdog() (collective), then MPI_Finalize. MPI_Finalize waits
+// for every rank, and a rank that stalls after the watchdog's handshake would hold the others
+// there forever; so when the watchdog ran, the ranks first meet at a rendezvous bounded by its
+// timeout, over MPI: each tells rank 0 it has reached MPI_Finalize, rank 0 answers once all have.
+// Past the timeout, rank 0 prints
+//   collage: error: MPI_Finalize has waited T s for the other ranks: rank R (of N) has not
+//   reached it: it died or stalled after the rank watchdog stopped; ending the job
+// and calls MPI_Abort, which ends every rank, stopped ones too (the other ranks, if rank 0 is
+// the one missing, do the same after twice the timeout). Only then MPI_Finalize; a rank stopped
+// in the few instructions between the rendezvous and MPI_Finalize's own wait is left to a last
+// guard (this rank exits with status 1 after the timeout), which Open MPI 4.1 does not always
+// turn into the end of the job (see finalize_within in mpi_comm.cpp).
 // Destruction during an exception (this rank is failing): no MPI_Finalize, which would wait
 // for ranks that are waiting for this one in a collective. The watchdog thread is abandoned and
 // the process exits non-zero after printing its error; mpirun then ends the job.
@@ -37,6 +46,9 @@ class MpiSession {
  private:
   bool active_ = false;
   int uncaught_exceptions_ = 0;  // at construction: more at destruction means unwinding
+  // A duplicate of MPI_COMM_WORLD for the rendezvous before MPI_Finalize, made at start: a
+  // collective like MPI_Comm_dup cannot be called at the end, when a rank may be stalled.
+  MPI_Comm finalize_comm_ = MPI_COMM_NULL;
 };
 
 // Throws collage::Error naming `what` and MPI's message when status is not MPI_SUCCESS.

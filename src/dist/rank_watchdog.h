@@ -35,8 +35,9 @@ void start_rank_watchdog(double timeout_seconds);
 // Stops the watchdog: collective. Every rank keeps heartbeating and watching until every rank
 // has called it (a rank that finishes early is not mistaken for a dead one, and a rank that
 // stalls before getting here is still reported), then all stop together. MpiSession's
-// destructor calls it right before MPI_Finalize; nothing else needs to. Does nothing when the
-// watchdog is not running.
+// destructor calls it right before MPI_Finalize (and the rendezvous that bounds the gap between
+// the two, src/dist/mpi_comm.h); nothing else needs to. Does nothing when the watchdog is not
+// running.
 void stop_rank_watchdog();
 
 // Stops this rank's heartbeat thread alone, without the handshake: for a rank that is failing

@@ -16,7 +16,8 @@
 //             handshake). Busy is not stalled: the job must end with status 0.
 // stall-after-stop
 //             every rank stops the watchdog, then the chosen rank stops itself before
-//             MPI_Finalize: the bound on MPI_Finalize (MpiSession) must end the job.
+//             MPI_Finalize: the rendezvous before MPI_Finalize (MpiSession, src/dist/mpi_comm.h)
+//             must end the job, naming it (rank 0 names any other rank; the others name rank 0).
 #include <mpi.h>
 
 #include <algorithm>
