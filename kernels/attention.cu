@@ -25,6 +25,13 @@
 //  backward, key-major (dk, dv): per key j, over the query tiles that can see it,
 //    dk_j = scale·Σ_i dS_ij q_i and dv_j = Σ_i P_ij dout_i, with P and dS recomputed from the
 //    saved lse_i and D_i.
+// Dropout on the probabilities (the _dropout entries; backend.h): Z_ij = P_ij·F_ij with
+// F_ij = 1/(1 - p) or 0 from math::dropout_uniform(seed, offset + ((b·NH + h)·T + i)·T + j)
+// (src/backend/elementwise_math.h, the cpu's numbers). The forward weights v by Z but sums the
+// undropped p for the softmax denominator, so lse is of the undropped scores; the backward
+// uses dv_j = Σ_i Z_ij dout_i, dP_ij = F_ij·(dout_i·v_j) and dS = P (dP - D) with
+// D_i = Σ_j P_ij dP_ij (= Σ_j Z_ij dZ_ij). Each lane draws its own (i, j)'s number; p = 0
+// multiplies by 1 without drawing, which leaves the plain attention's bits unchanged.
 // Each gradient element is a sum in fp32 in a fixed order, added to dqkv with one rounding:
 // deterministic, no atomics. The exponentials are math::exp_approx (as the cpu), lse uses logf.
 //
@@ -83,6 +90,18 @@ __device__ inline bool key_visible(const int32_t* key_ok, int j) {
   return key_ok == nullptr || key_ok[j] != 0;
 }
 
+// The dropout of one call: F_ij of (b, h, i, j) as above; 1 when p = 0.
+struct Dropout {
+  float p = 0.0f, keep_scale = 1.0f;
+  uint64_t seed = 0, offset = 0;
+  __device__ float factor(int b, int h, int i, int j, int T, int NH) const {
+    if (p == 0.0f) return 1.0f;
+    const uint64_t element =
+        offset + ((uint64_t(b) * NH + uint64_t(h)) * T + uint64_t(i)) * T + uint64_t(j);
+    return math::dropout_factor(math::dropout_uniform(seed, element), p, keep_scale);
+  }
+};
+
 // Per-block shared memory of each kernel (bytes), laid out as the kernels carve it.
 size_t forward_shared_bytes(int HS, int warps) {
   return 2 * size_t(kTile) * tile_stride(HS) * sizeof(bf16_t)  // k, v tiles
@@ -124,7 +143,7 @@ __device__ __forceinline__ HeadSlices head_slices(const bf16_t* qkv, int b, int 
 template <int kDims>
 __global__ void attention_forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv,
                                          const int32_t* key_mask, bool causal, int T, int NH,
-                                         int HS, float scale, bool vectorized) {
+                                         int HS, float scale, bool vectorized, Dropout dropout) {
   const int warps = blockDim.x / kWarpSize, warp = threadIdx.x / kWarpSize,
             lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -169,9 +188,9 @@ __global__ void attention_forward_kernel(bf16_t* out, float* lse, const bf16_t* 
     const float prob = visible ? math::exp_approx(score - new_max) : 0.0f;
     const float correction =
         running_max == kMinusInf ? 0.0f : math::exp_approx(running_max - new_max);
-    total = total * correction + warp_sum(prob);
+    total = total * correction + warp_sum(prob);  // undropped: lse is of the softmax
     running_max = new_max;
-    p[lane] = prob;
+    p[lane] = prob == 0.0f ? 0.0f : prob * dropout.factor(b, h, i, j, T, NH);
     __syncwarp();
     for (int k = 0; k < kDims; k++) {
       const int d = lane + k * kWarpSize;
@@ -199,7 +218,8 @@ template <int kDims>
 __global__ void attention_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout,
                                                 const bf16_t* qkv, const float* lse,
                                                 const int32_t* key_mask, bool causal, int T, int NH,
-                                                int HS, float scale, bool vectorized) {
+                                                int HS, float scale, bool vectorized,
+                                                Dropout dropout) {
   const int warps = blockDim.x / kWarpSize, warp = threadIdx.x / kWarpSize,
             lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -236,13 +256,14 @@ __global__ void attention_backward_query_kernel(bf16_t* dqkv, float* delta, cons
   const int row_end = min(row0 + warps, T);
   const int block_keys = causal ? row_end : T;
 
-  // P_ij and dP_ij of this lane's key j = k0 + lane of the staged tile (0 where hidden).
+  // P_ij and dP_ij = F_ij·(dout_i·v_j) of this lane's key j = k0 + lane of the staged tile
+  // (0 where hidden).
   auto probabilities = [&](int k0, float& prob, float& dprob) {
     const int j = k0 + lane;
     prob = 0.0f, dprob = 0.0f;
     if (j < visible_end && key_visible(key_ok, j)) {
       prob = math::exp_approx(dot_row(q, k_tile + lane * stride, HS) * scale - row_lse);
-      dprob = dot_row(dy, v_tile + lane * stride, HS);
+      dprob = dot_row(dy, v_tile + lane * stride, HS) * dropout.factor(b, h, i, j, T, NH);
     }
   };
 
@@ -299,7 +320,8 @@ template <int kDims>
 __global__ void attention_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv,
                                               const float* lse, const float* delta,
                                               const int32_t* key_mask, bool causal, int T, int NH,
-                                              int HS, float scale, bool vectorized) {
+                                              int HS, float scale, bool vectorized,
+                                              Dropout dropout) {
   const int warps = blockDim.x / kWarpSize, warp = threadIdx.x / kWarpSize,
             lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -352,7 +374,7 @@ __global__ void attention_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, 
     __syncthreads();
     if (!key_seen) continue;
     const int i = i0 + lane;
-    float prob = 0.0f, dprob = 0.0f;
+    float prob = 0.0f, dprob = 0.0f, factor = 1.0f;
     // Query i sees key j: j visible (key_seen), j ≤ i if causal, and i saw some key at all.
     if (i < T && (!causal || j <= i) && tile_lse[lane] != kMinusInf) {
       // q_i·k_j in the order of the dq kernel (q first), so P is the same bits there and here.
@@ -363,9 +385,10 @@ __global__ void attention_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, 
       float dot = 0.0f;
       const bf16_t* dyi = dout_tile + lane * stride;
       for (int d = 0; d < HS; d++) dot += to_float(dyi[d]) * vj[d];
-      dprob = dot;
+      factor = dropout.factor(b, h, i, j, T, NH);
+      dprob = dot * factor;  // dP = F·dZ, as the dq kernel
     }
-    p[lane] = prob;
+    p[lane] = prob * factor;                                             // Z, for dv
     ds[lane] = prob == 0.0f ? 0.0f : prob * (dprob - tile_delta[lane]);  // lanes past T: unstaged
     __syncwarp();
     for (int k = 0; k < kDims; k++) {
@@ -429,29 +452,49 @@ bool vectorizable(int HS, Pointers... pointers) {
 
 template <int kDims>
 void forward_launch(CudaContext& cx, const Shape& s, bf16_t* out, float* lse, const bf16_t* qkv,
-                    const int32_t* key_mask, bool causal, int T, int NH, int HS, float scale) {
+                    const int32_t* key_mask, bool causal, int T, int NH, int HS, float scale,
+                    const Dropout& dropout) {
   launch(cx, "attention_forward", attention_forward_kernel<kDims>, s.grid, s.block,
          forward_shared_bytes(HS, s.warps))(out, lse, qkv, key_mask, causal, T, NH, HS, scale,
-                                            vectorizable(HS, qkv));
+                                            vectorizable(HS, qkv), dropout);
 }
 
 template <int kDims>
 void backward_launch(CudaContext& cx, const Shape& s, bf16_t* dqkv, float* delta,
                      const bf16_t* dout, const bf16_t* qkv, const float* lse,
-                     const int32_t* key_mask, bool causal, int T, int NH, int HS, float scale) {
+                     const int32_t* key_mask, bool causal, int T, int NH, int HS, float scale,
+                     const Dropout& dropout) {
   const bool vectorized = vectorizable(HS, qkv, dout);
   launch(cx, "attention_backward (dq)", attention_backward_query_kernel<kDims>, s.grid, s.block,
          backward_query_shared_bytes(HS, s.warps))(dqkv, delta, dout, qkv, lse, key_mask, causal, T,
-                                                   NH, HS, scale, vectorized);
+                                                   NH, HS, scale, vectorized, dropout);
   launch(cx, "attention_backward (dk, dv)", attention_backward_key_kernel<kDims>, s.grid, s.block,
          backward_key_shared_bytes(HS, s.warps))(dqkv, dout, qkv, lse, delta, key_mask, causal, T,
-                                                 NH, HS, scale, vectorized);
+                                                 NH, HS, scale, vectorized, dropout);
+}
+
+Dropout make_dropout(const char* op, float p, uint64_t seed, uint64_t offset) {
+  COLLAGE_KERNEL_CHECK(p >= 0.0f && p < 1.0f, "%s: dropout probability p = %g must be in [0, 1)",
+                       op, double(p));
+  Dropout dropout;
+  dropout.p = p;
+  dropout.keep_scale = math::dropout_keep_scale(p);
+  dropout.seed = seed;
+  dropout.offset = offset;
+  return dropout;
 }
 
 }  // namespace
 
 void attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
                        const int32_t* key_mask, bool causal, int B, int T, int NH, int HS) {
+  attention_forward_dropout(cx, out, lse, qkv, key_mask, causal, B, T, NH, HS, 0.0f, 0, 0);
+}
+
+void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
+                               const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                               float p, uint64_t seed, uint64_t offset) {
+  const Dropout dropout = make_dropout("attention_forward", p, seed, offset);
   check_shape(cx, "attention_forward", B, T, NH, HS);
   COLLAGE_KERNEL_CHECK(out && lse && qkv, "attention_forward: null tensor (B=%d T=%d NH=%d HS=%d)",
                        B, T, NH, HS);
@@ -459,20 +502,29 @@ void attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* q
   const float scale = 1.0f / std::sqrt(float(HS));  // as the cpu
   switch (s.dims_per_lane) {
     case 1:
-      return forward_launch<1>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale);
+      return forward_launch<1>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale, dropout);
     case 2:
-      return forward_launch<2>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale);
+      return forward_launch<2>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale, dropout);
     case 4:
-      return forward_launch<4>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale);
+      return forward_launch<4>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale, dropout);
     default:
-      return forward_launch<8>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale);
+      return forward_launch<8>(cx, s, out, lse, qkv, key_mask, causal, T, NH, HS, scale, dropout);
   }
 }
 
 // `out` is not read: D_i is recomputed from the probabilities, as the cpu does.
-void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const bf16_t* /*out*/,
+void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const bf16_t* out,
                         const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
                         int B, int T, int NH, int HS) {
+  attention_backward_dropout(cx, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS, 0.0f, 0,
+                             0);
+}
+
+void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout,
+                                const bf16_t* /*out*/, const bf16_t* qkv, const float* lse,
+                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                                float p, uint64_t seed, uint64_t offset) {
+  const Dropout dropout = make_dropout("attention_backward", p, seed, offset);
   if (!dqkv) return;  // null gradient: not computed
   check_shape(cx, "attention_backward", B, T, NH, HS);
   COLLAGE_KERNEL_CHECK(dout && qkv && lse,
@@ -483,16 +535,16 @@ void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const
   switch (s.dims_per_lane) {
     case 1:
       return backward_launch<1>(cx, s, dqkv, delta, dout, qkv, lse, key_mask, causal, T, NH, HS,
-                                scale);
+                                scale, dropout);
     case 2:
       return backward_launch<2>(cx, s, dqkv, delta, dout, qkv, lse, key_mask, causal, T, NH, HS,
-                                scale);
+                                scale, dropout);
     case 4:
       return backward_launch<4>(cx, s, dqkv, delta, dout, qkv, lse, key_mask, causal, T, NH, HS,
-                                scale);
+                                scale, dropout);
     default:
       return backward_launch<8>(cx, s, dqkv, delta, dout, qkv, lse, key_mask, causal, T, NH, HS,
-                                scale);
+                                scale, dropout);
   }
 }
 

@@ -1,5 +1,6 @@
-// Elementwise ops (src/backend/backend.h): GELU forward and backward, add, accumulate, scale,
-// and the fp32 <-> bf16 casts. The cpu version is src/backend/cpu/elementwise.cpp.
+// Elementwise ops (src/backend/backend.h): GELU (tanh approximation, and the encoder's exact
+// erf form) forward and backward, tanh forward and backward, add, accumulate, scale, and the
+// fp32 <-> bf16 casts. The cpu version is src/backend/cpu/elementwise.cpp.
 //
 // Bit-identical to the cpu backend: every output is the cpu's fp32 expression, evaluated in
 // the same order (GELU through backend/elementwise_math.h, which both share), rounded once
@@ -31,6 +32,22 @@ struct Gelu {
 struct GeluBackward {  // dinp + gelu'(x)·dout
   __device__ float operator()(float dinp, float x, float dout) const {
     return dinp + math::gelu_derivative(x) * dout;
+  }
+};
+struct GeluErf {  // the encoder's exact GELU
+  __device__ float operator()(float x) const { return math::gelu_erf(x); }
+};
+struct GeluErfBackward {  // dinp + gelu_erf'(x)·dout
+  __device__ float operator()(float dinp, float x, float dout) const {
+    return dinp + math::gelu_erf_derivative(x) * dout;
+  }
+};
+struct Tanh {
+  __device__ float operator()(float x) const { return math::tanh_value(x); }
+};
+struct TanhBackward {  // dinp + (1 - y²)·dout, from the saved output y
+  __device__ float operator()(float dinp, float y, float dout) const {
+    return dinp + math::tanh_derivative_from_output(y) * dout;
   }
 };
 struct Sum {  // add: a + b; accumulate: dst + src
@@ -131,6 +148,29 @@ void gelu_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_
                    int64_t n) {
   if (!dinp) return;  // null gradient: not computed
   map(cx, "gelu_backward", dinp, GeluBackward{}, n, static_cast<const bf16_t*>(dinp), inp, dout);
+}
+
+// erff and tanhf: glibc's under the emulator (the cpu's bits), CUDA's on a GPU, which may
+// differ from glibc's by an ulp (src/backend/elementwise_math.h).
+void gelu_erf_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n) {
+  map(cx, "gelu_erf_forward", out, GeluErf{}, n, inp);
+}
+
+void gelu_erf_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_t* dout,
+                       int64_t n) {
+  if (!dinp) return;
+  map(cx, "gelu_erf_backward", dinp, GeluErfBackward{}, n, static_cast<const bf16_t*>(dinp), inp,
+      dout);
+}
+
+void tanh_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n) {
+  map(cx, "tanh_forward", out, Tanh{}, n, inp);
+}
+
+void tanh_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* out, const bf16_t* dout,
+                   int64_t n) {
+  if (!dinp) return;
+  map(cx, "tanh_backward", dinp, TanhBackward{}, n, static_cast<const bf16_t*>(dinp), out, dout);
 }
 
 void add(CudaContext& cx, bf16_t* out, const bf16_t* a, const bf16_t* b, int64_t n) {

@@ -46,9 +46,27 @@ void gelu_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_
 void add(CudaContext& cx, bf16_t* out, const bf16_t* a, const bf16_t* b, int64_t n);
 void accumulate(CudaContext& cx, bf16_t* dst, const bf16_t* src, int64_t n);
 void scale(CudaContext& cx, bf16_t* x, float factor, int64_t n);
+// The encoder's exact GELU and tanh (backend.h, "encoder ops").
+void gelu_erf_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n);
+void gelu_erf_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_t* dout,
+                       int64_t n);
+void tanh_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n);
+void tanh_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* out, const bf16_t* dout, int64_t n);
 // Casts: out = widen(in) and out = rn(in).
 void bf16_to_float(CudaContext& cx, float* out, const bf16_t* in, int64_t n);
 void float_to_bf16(CudaContext& cx, bf16_t* out, const float* in, int64_t n);
+
+// ---- dropout.cu: Philox-4x32-10 masks, the cpu's bit for bit (backend.h, "encoder ops") ----
+void dropout_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n, float p,
+                     uint64_t seed, uint64_t offset);
+void dropout_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* dout, int64_t n, float p,
+                      uint64_t seed, uint64_t offset);
+
+// ---- gather.cu: out = inp[rows]; dinp[rows] += dout, deterministic with repeated rows ----
+void gather_rows(CudaContext& cx, bf16_t* out, const bf16_t* inp, const int32_t* rows,
+                 int64_t count, int C);
+void scatter_add_rows(CudaContext& cx, bf16_t* dinp, const bf16_t* dout, const int32_t* rows,
+                      int64_t count, int C);
 
 // ---- rope.cu ----
 void rope_forward(CudaContext& cx, bf16_t* out, const bf16_t* qkv, int B, int T, int NH, int HS,
@@ -62,6 +80,14 @@ void attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* q
 void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const bf16_t* out,
                         const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
                         int B, int T, int NH, int HS);
+// With dropout on the probabilities (backend.h, attention_forward_dropout); p = 0 is the above.
+void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
+                               const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                               float p, uint64_t seed, uint64_t offset);
+void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout,
+                                const bf16_t* out, const bf16_t* qkv, const float* lse,
+                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                                float p, uint64_t seed, uint64_t offset);
 
 // ---- cross_entropy.cu ----
 void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,

@@ -99,6 +99,49 @@ class BackendT {
   virtual void add(Storage* out, const Storage* a, const Storage* b, int64_t n) = 0;  // out = a + b
   virtual void accumulate(Storage* dst, const Storage* src, int64_t n) = 0;           // dst += src
 
+  // ---- encoder ops (BERT/RoBERTa) ----
+  // GELU, exact: 0.5·x·(1 + erf(x/√2)) (BERT's and RoBERTa's "gelu"); backward:
+  // dinp += (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π))·dout. erff is the C library's on the
+  // cpu and CUDA's on a GPU; the two may differ by an ulp (backend/elementwise_math.h).
+  virtual void gelu_erf_forward(Storage* out, const Storage* inp, int64_t n) = 0;
+  virtual void gelu_erf_backward(Storage* dinp, const Storage* inp, const Storage* dout,
+                                 int64_t n) = 0;
+  // out = tanh(inp) (the pooler); backward from the saved output: dinp += (1 - out²)·dout.
+  virtual void tanh_forward(Storage* out, const Storage* inp, int64_t n) = 0;
+  virtual void tanh_backward(Storage* dinp, const Storage* out, const Storage* dout, int64_t n) = 0;
+  // Dropout, 0 ≤ p < 1: element i is kept iff u(seed, offset + i) ≥ p, and then scaled by
+  // 1/(1 - p), else 0, where u(seed, e) ∈ [0, 1) is word e % 4 of Philox-4x32-10 with key
+  // (seed low, seed high) and counter (e/4 low, e/4 high, 0, 0), its top 24 bits · 2^-24
+  // (backend/elementwise_math.h: dropout_uniform). Nothing is stored: the backward recomputes
+  // the mask from (seed, offset), every backend draws the same mask, and a resumed run replays
+  // it. The caller gives each dropout site its own range of offsets. p = 0 is the identity.
+  // out may equal inp. Backward: dinp += dout·factor.
+  virtual void dropout_forward(Storage* out, const Storage* inp, int64_t n, float p, uint64_t seed,
+                               uint64_t offset) = 0;
+  virtual void dropout_backward(Storage* dinp, const Storage* dout, int64_t n, float p,
+                                uint64_t seed, uint64_t offset) = 0;
+  // attention_forward/backward (below) with dropout on the attention probabilities, as
+  // PyTorch's dropout(softmax(scores))·v: probability (b, h, query i, key j) is dropped iff
+  // u(seed, offset + ((b·NH + h)·T + i)·T + j) < p, kept ones scaled by 1/(1 - p). lse stays
+  // that of the undropped scores. The call uses offsets [offset, offset + B·NH·T·T). p = 0 gives
+  // attention_forward/backward's results.
+  virtual void attention_forward_dropout(Storage* out, float* lse, const Storage* qkv,
+                                         const int32_t* key_mask, bool causal, int B, int T, int NH,
+                                         int HS, float p, uint64_t seed, uint64_t offset) = 0;
+  virtual void attention_backward_dropout(Storage* dqkv, const Storage* dout, const Storage* out,
+                                          const Storage* qkv, const float* lse,
+                                          const int32_t* key_mask, bool causal, int B, int T,
+                                          int NH, int HS, float p, uint64_t seed,
+                                          uint64_t offset) = 0;
+  // out (count, C) = inp[rows[k]] for k < count (rows: device int32 row indices of inp); the
+  // MLM head's masked positions, the pooler's [CLS] rows.
+  virtual void gather_rows(Storage* out, const Storage* inp, const int32_t* rows, int64_t count,
+                           int C) = 0;
+  // dinp[rows[k]] += dout[k] (count, C). Rows may repeat: the dout rows of one destination are
+  // summed in fp32 in ascending k, then added with one rounding (deterministic).
+  virtual void scatter_add_rows(Storage* dinp, const Storage* dout, const int32_t* rows,
+                                int64_t count, int C) = 0;
+
   // ---- rotary position embedding (GPT-NeoX "rotate half", positions 0..T-1) ----
   // qkv (B, T, 3·NH·HS): q at [0, C), k at [C, 2C), v at [2C, 3C), head h at [h·HS, (h+1)·HS).
   // out = qkv with q and k rotated, v copied. Pair (i, i + HS/2) rotates by t·base^(-2i/HS).

@@ -4,6 +4,7 @@
 // the same order, so elementwise ops give the same bits on the cpu and under the host
 // emulation of the kernels (docs/ARCHITECTURE.md, "Bit-identical elementwise ops"). The CUDA
 // build compiles kernels with -fmad=false so a GPU does not contract these into fmas either.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -74,6 +75,90 @@ COLLAGE_HD inline float gelu_derivative(float x) {
   float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
   float sig = 1.0f / (1.0f + exp_approx(-2.0f * u));
   return sig + 2.0f * x * sig * (1.0f - sig) * du;
+}
+
+// ---- encoder ops (BERT/RoBERTa) ----
+
+// GELU, exact: 0.5·x·(1 + erf(x/√2)), the "gelu" of BERT and RoBERTa. erff is the C library's
+// on the host (glibc) and CUDA's libdevice erff on a GPU: both are accurate to ~1-2 ulp but are
+// different implementations, so a GPU may differ from the cpu backend by an ulp of erf before
+// the rounding to bf16 (rarely visible after it). Under the host emulation the kernels call
+// glibc's erff too and match the cpu bit for bit.
+constexpr float kSqrtHalf = 0.70710678118654752f;      // 1/√2
+constexpr float kInvSqrtTwoPi = 0.39894228040143268f;  // 1/√(2π)
+
+COLLAGE_HD inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * kSqrtHalf)); }
+
+// d/dx [0.5·x·(1 + erf(x/√2))] = 0.5·(1 + erf(x/√2)) + x·φ(x), φ(x) = exp(-x²/2)/√(2π).
+// exp_approx clamps its argument at -87: φ is then ~1e-38·x instead of 0, far below any bf16
+// gradient that matters (and x·φ(x) for |x| ≥ 13.2 is below fp32's smallest normal anyway).
+COLLAGE_HD inline float gelu_erf_derivative(float x) {
+  const float cdf = 0.5f * (1.0f + erff(x * kSqrtHalf));
+  const float pdf = kInvSqrtTwoPi * exp_approx(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+// tanh (the BERT pooler). tanhf: glibc's on the host, CUDA's on a GPU (the same caveat as erff).
+COLLAGE_HD inline float tanh_value(float x) { return tanhf(x); }
+// d tanh = (1 - y²) from the saved output y.
+COLLAGE_HD inline float tanh_derivative_from_output(float y) { return 1.0f - y * y; }
+
+// ---- Philox-4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2,
+// 3", SC 2011; the Random123 library's philox4x32_10): a counter-based generator. The 128-bit
+// output is a bijection of the 128-bit counter under the 64-bit key, so any element's random
+// number is computed from (key, counter) alone: no state, the same on every backend and
+// thread layout, and a resumed run replays the same numbers from the same (seed, offset).
+// tests/backend/dropout_test.cpp checks Random123's known-answer vectors.
+struct Philox4x32 {
+  uint32_t v[4];
+};
+
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;  // round multipliers
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;  // key increments (Weyl)
+
+// hi and lo halves of the 64-bit product a·b (the device would use __umulhi; a 64-bit multiply
+// gives the same bits on both and in the emulator).
+COLLAGE_HD inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  const uint64_t product = uint64_t(a) * uint64_t(b);
+  hi = uint32_t(product >> 32);
+  lo = uint32_t(product);
+}
+
+COLLAGE_HD inline Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1) {
+  for (int round = 0; round < 10; round++) {
+    if (round > 0) key0 += kPhiloxW0, key1 += kPhiloxW1;  // the key schedule: bump, then round
+    uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(kPhiloxM0, counter.v[0], hi0, lo0);
+    philox_mulhilo(kPhiloxM1, counter.v[2], hi1, lo1);
+    counter = Philox4x32{{hi1 ^ counter.v[1] ^ key0, lo1, hi0 ^ counter.v[3] ^ key1, lo0}};
+  }
+  return counter;
+}
+
+// The random numbers of dropout: element e (a 64-bit index into the op's numbering) gets word
+// e % 4 of Philox under key (seed low, seed high) at counter (e / 4 low, e / 4 high, 0, 0).
+// So 4 consecutive elements share one Philox evaluation.
+COLLAGE_HD inline Philox4x32 dropout_block(uint64_t seed, uint64_t group) {
+  return philox4x32_10(Philox4x32{{uint32_t(group), uint32_t(group >> 32), 0u, 0u}}, uint32_t(seed),
+                       uint32_t(seed >> 32));
+}
+
+// A Philox word as a uniform number in [0, 1): its top 24 bits · 2^-24, exact in fp32 (so
+// the comparison with p has no rounding in it, and the same outcome everywhere).
+COLLAGE_HD inline float uniform_from_bits(uint32_t bits) {
+  return float(bits >> 8) * (1.0f / 16777216.0f);
+}
+
+COLLAGE_HD inline float dropout_uniform(uint64_t seed, uint64_t element) {
+  const Philox4x32 block = dropout_block(seed, element >> 2);
+  return uniform_from_bits(block.v[element & 3]);
+}
+
+// Dropout keeps element e iff its uniform ≥ p, scaled by 1/(1 - p) (inverted dropout); the
+// factor an element is multiplied by: keep_scale = 1/(1 - p) (fp32) or 0.
+COLLAGE_HD inline float dropout_keep_scale(float p) { return 1.0f / (1.0f - p); }
+COLLAGE_HD inline float dropout_factor(float uniform, float p, float keep_scale) {
+  return uniform >= p ? keep_scale : 0.0f;
 }
 
 }  // namespace collage::math

@@ -101,6 +101,27 @@ class RecordingBackend final : public Backend {
                                     int, int64_t, float) override {
     unused();
   }
+  void gelu_erf_forward(bf16*, const bf16*, int64_t) override { unused(); }
+  void gelu_erf_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
+  void tanh_forward(bf16*, const bf16*, int64_t) override { unused(); }
+  void tanh_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
+  void dropout_forward(bf16*, const bf16*, int64_t, float, uint64_t, uint64_t) override {
+    unused();
+  }
+  void dropout_backward(bf16*, const bf16*, int64_t, float, uint64_t, uint64_t) override {
+    unused();
+  }
+  void attention_forward_dropout(bf16*, float*, const bf16*, const int32_t*, bool, int, int, int,
+                                 int, float, uint64_t, uint64_t) override {
+    unused();
+  }
+  void attention_backward_dropout(bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                  const int32_t*, bool, int, int, int, int, float, uint64_t,
+                                  uint64_t) override {
+    unused();
+  }
+  void gather_rows(bf16*, const bf16*, const int32_t*, int64_t, int) override { unused(); }
+  void scatter_add_rows(bf16*, const bf16*, const int32_t*, int64_t, int) override { unused(); }
   double sum(const float*, int64_t) override { unused(); }
   double sum_squares(const bf16*, int64_t) override { unused(); }
   void scale(bf16*, float, int64_t) override { unused(); }

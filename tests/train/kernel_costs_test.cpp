@@ -178,6 +178,47 @@ class CountingBackend : public Backend {
     inner_->cross_entropy_shard_backward(dlogits, logits, targets, lse, N, V, Vl, vocab_begin,
                                          dloss);
   }
+  void gelu_erf_forward(bf16* out, const bf16* inp, int64_t n) override {
+    calls["gelu_erf_forward"]++, inner_->gelu_erf_forward(out, inp, n);
+  }
+  void gelu_erf_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
+    calls["gelu_erf_backward"]++, inner_->gelu_erf_backward(dinp, inp, dout, n);
+  }
+  void tanh_forward(bf16* out, const bf16* inp, int64_t n) override {
+    calls["tanh_forward"]++, inner_->tanh_forward(out, inp, n);
+  }
+  void tanh_backward(bf16* dinp, const bf16* out, const bf16* dout, int64_t n) override {
+    calls["tanh_backward"]++, inner_->tanh_backward(dinp, out, dout, n);
+  }
+  void dropout_forward(bf16* out, const bf16* inp, int64_t n, float p, uint64_t seed,
+                       uint64_t offset) override {
+    calls["dropout_forward"]++, inner_->dropout_forward(out, inp, n, p, seed, offset);
+  }
+  void dropout_backward(bf16* dinp, const bf16* dout, int64_t n, float p, uint64_t seed,
+                        uint64_t offset) override {
+    calls["dropout_backward"]++, inner_->dropout_backward(dinp, dout, n, p, seed, offset);
+  }
+  void attention_forward_dropout(bf16* out, float* lse, const bf16* qkv, const int32_t* mask,
+                                 bool causal, int B, int T, int NH, int HS, float p, uint64_t seed,
+                                 uint64_t offset) override {
+    calls["attention_forward_dropout"]++;
+    inner_->attention_forward_dropout(out, lse, qkv, mask, causal, B, T, NH, HS, p, seed, offset);
+  }
+  void attention_backward_dropout(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                                  const float* lse, const int32_t* mask, bool causal, int B, int T,
+                                  int NH, int HS, float p, uint64_t seed,
+                                  uint64_t offset) override {
+    calls["attention_backward_dropout"]++;
+    inner_->attention_backward_dropout(dqkv, dout, out, qkv, lse, mask, causal, B, T, NH, HS, p,
+                                       seed, offset);
+  }
+  void gather_rows(bf16* out, const bf16* inp, const int32_t* rows, int64_t count, int C) override {
+    calls["gather_rows"]++, inner_->gather_rows(out, inp, rows, count, C);
+  }
+  void scatter_add_rows(bf16* dinp, const bf16* dout, const int32_t* rows, int64_t count,
+                        int C) override {
+    calls["scatter_add_rows"]++, inner_->scatter_add_rows(dinp, dout, rows, count, C);
+  }
   double sum(const float* x, int64_t n) override { return calls["sum"]++, inner_->sum(x, n); }
   double sum_squares(const bf16* x, int64_t n) override {
     return calls["sum_squares"]++, inner_->sum_squares(x, n);

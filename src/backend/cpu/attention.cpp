@@ -4,6 +4,9 @@
 // sgemm calls on the head's q, k, v widened to fp32. Nothing of size T×T is kept: the forward
 // saves each query's log-sum-exp and the backward recomputes the probabilities from it.
 //
+// Dropout on the probabilities (the _dropout variants, backend.h) is applied after the softmax,
+// with factors recomputed in the backward from the counter-based generator (cpu/dropout.cpp).
+//
 // A query that sees no key at all (all the keys it may attend to are masked) gets output 0,
 // lse = -inf and zero gradients, instead of the NaN of an empty softmax.
 #include <omp.h>
@@ -14,6 +17,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "core/error.h"
 
 namespace collage::cpu {
 namespace {
@@ -57,20 +61,42 @@ float softmax_row(float* scores, int keys, int end, const int32_t* key_ok) {
   return max_score + std::log(total);
 }
 
+// Dropout on the probabilities (p > 0): Z_ij = P_ij·F_ij with F_ij = 1/(1 - p) or 0 from
+// dropout_uniform(seed, offset + ((b·NH + h)·T + i)·T + j) (backend.h); out = Z·v, and lse
+// stays the log-sum-exp of the undropped scores. Writes the factors of query i's keys [0, keys).
+void row_dropout_factors(float* factors, int keys, float p, uint64_t seed, uint64_t offset,
+                         int64_t bh, int T, int i) {
+  dropout_factors(factors, keys, p, seed, offset + (uint64_t(bh) * T + uint64_t(i)) * T);
+}
+
+void check_dropout(const char* op, float p) {
+  COLLAGE_CHECK(p >= 0.0f && p < 1.0f, "{}: dropout probability p = {} must be in [0, 1)", op, p);
+}
+
 }  // namespace
 
 template <typename S>
 void attention_forward(CpuContext& cx, S* out, float* lse, const S* qkv, const int32_t* key_mask,
                        bool causal, int B, int T, int NH, int HS) {
+  attention_forward_dropout(cx, out, lse, qkv, key_mask, causal, B, T, NH, HS, 0.0f, 0, 0);
+}
+
+template <typename S>
+void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
+                               const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                               float dropout_p, uint64_t seed, uint64_t offset) {
+  check_dropout("attention_forward_dropout", dropout_p);
+  const bool dropout = dropout_p > 0.0f;
   const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;  // qkv (B, T, 3C), out (B, T, C)
   const float scale = 1.0f / std::sqrt(float(HS));
   const int block = std::min(kQueryBlock, T);
   const bool widened = !is_fp32_storage<S>;
   // scratch per thread: [0] q, k, v of one head (3, T, HS); [1] probabilities (block, T);
-  // [2] output block (block, HS)
+  // [2] output block (block, HS); [3] one row's dropout factors (T)
   const PerThread head_buf(cx.scratch[0], widened ? size_t(3) * T * HS : 0, cx.threads);
   const PerThread prob_buf(cx.scratch[1], size_t(block) * T, cx.threads);
   const PerThread out_buf(cx.scratch[2], widened ? size_t(block) * HS : 0, cx.threads);
+  const PerThread factor_buf(cx.scratch[3], dropout ? size_t(T) : 0, cx.threads);
   cx.key_visible.resize(size_t(cx.threads) * T);
 
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
@@ -93,10 +119,16 @@ void attention_forward(CpuContext& cx, S* out, float* lse, const S* qkv, const i
       gemm(false, true, rows, keys, HS, scale, {q.data + i0 * q.ld, q.ld}, k, 0.0f, {prob, keys});
       for (int r = 0; r < rows; r++) {
         const int i = i0 + r;
-        lse_head[i] =
-            softmax_row(prob + int64_t(r) * keys, keys, visible_end(i, keys, causal), key_ok);
+        float* row = prob + int64_t(r) * keys;
+        lse_head[i] = softmax_row(row, keys, visible_end(i, keys, causal), key_ok);
+        if (dropout) {  // Z = P·F: after the softmax, so lse is of the undropped scores
+          float* factors = factor_buf[thread];
+          row_dropout_factors(factors, keys, dropout_p, seed, offset, bh, T, i);
+#pragma omp simd
+          for (int j = 0; j < keys; j++) row[j] *= factors[j];
+        }
       }
-      // out block (rows, HS) = probabilities · v[:keys]
+      // out block (rows, HS) = probabilities (dropped out: Z) · v[:keys]
       S* out_block = out + (b * T + i0) * C + h * HS;
       const View o = open_block(out_block, rows, HS, C, out_buf[thread], /*keep=*/false);
       gemm(false, false, rows, HS, keys, 1.0f, {prob, keys}, v, 0.0f, o);
@@ -107,22 +139,38 @@ void attention_forward(CpuContext& cx, S* out, float* lse, const S* qkv, const i
 
 // With P = softmax(S), S = scale · q kᵀ, and dP = dout · vᵀ:
 //   dv += Pᵀ dout,  dS = P ∘ (dP - rowsum(P ∘ dP)),  dq += scale · dS k,  dk += scale · dSᵀ q.
+// With dropout, Z = P ∘ F (F the factors 1/(1 - p) or 0) and out = Z v:
+//   dv += Zᵀ dout,  dZ = dout · vᵀ,  dP = dZ ∘ F,  and dS as above from P and dP
+// (rowsum(P ∘ dP) = rowsum(Z ∘ dZ) = rowsum(dout ∘ out): still the flash-attention D_i).
 template <typename S>
 void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* qkv, const float* lse,
                         const int32_t* key_mask, bool causal, int B, int T, int NH, int HS) {
+  attention_backward_dropout(cx, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS, 0.0f, 0, 0);
+}
+
+template <typename S>
+void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S* qkv,
+                                const float* lse, const int32_t* key_mask, bool causal, int B,
+                                int T, int NH, int HS, float dropout_p, uint64_t seed,
+                                uint64_t offset) {
+  check_dropout("attention_backward_dropout", dropout_p);
   if (!dqkv) return;
+  const bool dropout = dropout_p > 0.0f;
   const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;
   const float scale = 1.0f / std::sqrt(float(HS));
   const int block = std::min(kQueryBlock, T);
   const bool widened = !is_fp32_storage<S>;
   const int64_t head_size = int64_t(T) * HS;
   // scratch per thread: [0] q, k, v, dout of one head (4, T, HS); [1] P block (block, T);
-  // [2] dP / dS block (block, T); [3] dk, dv (2, T, HS) and dq block (block, HS)
+  // [2] dP / dS block (block, T); [3] dk, dv (2, T, HS) and dq block (block, HS);
+  // with dropout, [4] Z block (block, T) and [5] dropout factors F (block, T)
   const PerThread head_buf(cx.scratch[0], widened ? size_t(4 * head_size) : 0, cx.threads);
   const PerThread prob_buf(cx.scratch[1], size_t(block) * T, cx.threads);
   const PerThread dprob_buf(cx.scratch[2], size_t(block) * T, cx.threads);
   const PerThread grad_buf(cx.scratch[3], widened ? size_t(2 * head_size + block * HS) : 0,
                            cx.threads);
+  const PerThread z_buf(cx.scratch[4], dropout ? size_t(block) * T : 0, cx.threads);
+  const PerThread factor_buf(cx.scratch[5], dropout ? size_t(block) * T : 0, cx.threads);
   cx.key_visible.resize(size_t(cx.threads) * T);
 
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
@@ -163,11 +211,29 @@ void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* qkv, co
           p[j] = select_float((j < end) & key_ok[j], exp_approx(p[j] - row_lse), 0.0f);
         }
       }
-      gemm(true, false, keys, HS, rows, 1.0f, {prob, keys}, dy_block, 1.0f, dv);  // dv += Pᵀ dy
-      gemm(false, true, rows, keys, HS, 1.0f, dy_block, v, 0.0f, {dprob, keys});  // dP = dy vᵀ
+      float* z = prob;  // Z (rows, keys) = P without dropout
+      float* factors = factor_buf[thread];
+      if (dropout) {
+        z = z_buf[thread];
+        for (int r = 0; r < rows; r++) {
+          float* f = factors + int64_t(r) * keys;
+          row_dropout_factors(f, keys, dropout_p, seed, offset, bh, T, i0 + r);
+          const float* pr = prob + int64_t(r) * keys;
+          float* zr = z + int64_t(r) * keys;
+#pragma omp simd
+          for (int j = 0; j < keys; j++) zr[j] = pr[j] * f[j];
+        }
+      }
+      gemm(true, false, keys, HS, rows, 1.0f, {z, keys}, dy_block, 1.0f, dv);     // dv += Zᵀ dy
+      gemm(false, true, rows, keys, HS, 1.0f, dy_block, v, 0.0f, {dprob, keys});  // dZ = dy vᵀ
       for (int r = 0; r < rows; r++) {
         const float* p = prob + int64_t(r) * keys;
         float* ds = dprob + int64_t(r) * keys;
+        if (dropout) {  // dP = dZ ∘ F
+          const float* f = factors + int64_t(r) * keys;
+#pragma omp simd
+          for (int j = 0; j < keys; j++) ds[j] *= f[j];
+        }
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int j = 0; j < keys; j++) dot += p[j] * ds[j];
@@ -194,5 +260,15 @@ template void attention_backward(CpuContext&, bf16*, const bf16*, const bf16*, c
                                  const int32_t*, bool, int, int, int, int);
 template void attention_backward(CpuContext&, float*, const float*, const float*, const float*,
                                  const int32_t*, bool, int, int, int, int);
+template void attention_forward_dropout(CpuContext&, bf16*, float*, const bf16*, const int32_t*,
+                                        bool, int, int, int, int, float, uint64_t, uint64_t);
+template void attention_forward_dropout(CpuContext&, float*, float*, const float*, const int32_t*,
+                                        bool, int, int, int, int, float, uint64_t, uint64_t);
+template void attention_backward_dropout(CpuContext&, bf16*, const bf16*, const bf16*, const float*,
+                                         const int32_t*, bool, int, int, int, int, float, uint64_t,
+                                         uint64_t);
+template void attention_backward_dropout(CpuContext&, float*, const float*, const float*,
+                                         const float*, const int32_t*, bool, int, int, int, int,
+                                         float, uint64_t, uint64_t);
 
 }  // namespace collage::cpu

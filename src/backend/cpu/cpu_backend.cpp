@@ -109,6 +109,47 @@ class CpuBackend final : public BackendT<S> {
   void add(S* out, const S* a, const S* b, int64_t n) override { cpu::add(cx_, out, a, b, n); }
   void accumulate(S* dst, const S* src, int64_t n) override { cpu::accumulate(cx_, dst, src, n); }
 
+  void gelu_erf_forward(S* out, const S* inp, int64_t n) override {
+    cpu::gelu_erf_forward(cx_, out, inp, n);
+  }
+  void gelu_erf_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
+    cpu::gelu_erf_backward(cx_, dinp, inp, dout, n);
+  }
+  void tanh_forward(S* out, const S* inp, int64_t n) override {
+    cpu::tanh_forward(cx_, out, inp, n);
+  }
+  void tanh_backward(S* dinp, const S* out, const S* dout, int64_t n) override {
+    cpu::tanh_backward(cx_, dinp, out, dout, n);
+  }
+  void dropout_forward(S* out, const S* inp, int64_t n, float p, uint64_t seed,
+                       uint64_t offset) override {
+    cpu::dropout_forward(cx_, out, inp, n, p, seed, offset);
+  }
+  void dropout_backward(S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
+                        uint64_t offset) override {
+    cpu::dropout_backward(cx_, dinp, dout, n, p, seed, offset);
+  }
+  void attention_forward_dropout(S* out, float* lse, const S* qkv, const int32_t* key_mask,
+                                 bool causal, int B, int T, int NH, int HS, float p, uint64_t seed,
+                                 uint64_t offset) override {
+    cpu::attention_forward_dropout(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS, p, seed,
+                                   offset);
+  }
+  void attention_backward_dropout(S* dqkv, const S* dout, const S* /*out*/, const S* qkv,
+                                  const float* lse, const int32_t* key_mask, bool causal, int B,
+                                  int T, int NH, int HS, float p, uint64_t seed,
+                                  uint64_t offset) override {
+    cpu::attention_backward_dropout(cx_, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS, p,
+                                    seed, offset);
+  }
+  void gather_rows(S* out, const S* inp, const int32_t* rows, int64_t count, int C) override {
+    cpu::gather_rows(cx_, out, inp, rows, count, C);
+  }
+  void scatter_add_rows(S* dinp, const S* dout, const int32_t* rows, int64_t count,
+                        int C) override {
+    cpu::scatter_add_rows(cx_, dinp, dout, rows, count, C);
+  }
+
   void rope_forward(S* out, const S* qkv, int B, int T, int NH, int HS, float base) override {
     cpu::rope_forward(cx_, out, qkv, B, T, NH, HS, base);
   }

@@ -1,6 +1,7 @@
-// Elementwise ops (GELU, add, accumulate, scale) and the host-returned reductions (sum,
-// sum of squares). Elementwise: fp32 math, one rounding on store. Reductions: double, in
-// fixed chunks summed in chunk order, so the result does not depend on the thread count.
+// Elementwise ops (GELU, the encoder's exact GELU and tanh, add, accumulate, scale) and the
+// host-returned reductions (sum, sum of squares). Elementwise: fp32 math, one rounding on store.
+// Reductions: double, in fixed chunks summed in chunk order, so the result does not depend on the
+// thread count.
 #include <algorithm>
 
 #include "backend/cpu/kernels.h"
@@ -26,6 +27,39 @@ void gelu_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t
 #pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; i++) {
     store(dinp[i], load(dinp[i]) + math::gelu_derivative(load(inp[i])) * load(dout[i]));
+  }
+}
+
+// The encoder's exact GELU and tanh (backend/elementwise_math.h, shared with the kernels).
+// erff and tanhf are calls into libm, so these loops stay scalar.
+template <typename S>
+void gelu_erf_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {
+#pragma omp parallel for schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) store(out[i], math::gelu_erf(load(inp[i])));
+}
+
+template <typename S>
+void gelu_erf_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t n) {
+  if (!dinp) return;
+#pragma omp parallel for schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) {
+    store(dinp[i], load(dinp[i]) + math::gelu_erf_derivative(load(inp[i])) * load(dout[i]));
+  }
+}
+
+template <typename S>
+void tanh_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {
+#pragma omp parallel for schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) store(out[i], math::tanh_value(load(inp[i])));
+}
+
+// dinp += (1 - y²)·dout from the saved output y.
+template <typename S>
+void tanh_backward(CpuContext& cx, S* dinp, const S* out, const S* dout, int64_t n) {
+  if (!dinp) return;
+#pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; i++) {
+    store(dinp[i], load(dinp[i]) + math::tanh_derivative_from_output(load(out[i])) * load(dout[i]));
   }
 }
 
@@ -84,13 +118,17 @@ double sum_squares(CpuContext& cx, const S* x, int64_t n) {
   });
 }
 
-#define COLLAGE_INSTANTIATE(S)                                               \
-  template void gelu_forward(CpuContext&, S*, const S*, int64_t);            \
-  template void gelu_backward(CpuContext&, S*, const S*, const S*, int64_t); \
-  template void add(CpuContext&, S*, const S*, const S*, int64_t);           \
-  template void accumulate(CpuContext&, S*, const S*, int64_t);              \
-  template void scale(CpuContext&, S*, float, int64_t);                      \
-  template double sum_squares(CpuContext&, const S*, int64_t);
+#define COLLAGE_INSTANTIATE(S)                                                   \
+  template void gelu_forward(CpuContext&, S*, const S*, int64_t);                \
+  template void gelu_backward(CpuContext&, S*, const S*, const S*, int64_t);     \
+  template void add(CpuContext&, S*, const S*, const S*, int64_t);               \
+  template void accumulate(CpuContext&, S*, const S*, int64_t);                  \
+  template void scale(CpuContext&, S*, float, int64_t);                          \
+  template double sum_squares(CpuContext&, const S*, int64_t);                   \
+  template void gelu_erf_forward(CpuContext&, S*, const S*, int64_t);            \
+  template void gelu_erf_backward(CpuContext&, S*, const S*, const S*, int64_t); \
+  template void tanh_forward(CpuContext&, S*, const S*, int64_t);                \
+  template void tanh_backward(CpuContext&, S*, const S*, const S*, int64_t);
 COLLAGE_INSTANTIATE(bf16)
 COLLAGE_INSTANTIATE(float)
 #undef COLLAGE_INSTANTIATE

@@ -40,6 +40,31 @@ template <typename S>
 void accumulate(CpuContext& cx, S* dst, const S* src, int64_t n);
 template <typename S>
 void scale(CpuContext& cx, S* x, float factor, int64_t n);
+
+// Encoder ops (backend.h, "encoder ops"): elementwise.cpp (GELU erf, tanh), dropout.cpp,
+// gather.cpp.
+template <typename S>
+void gelu_erf_forward(CpuContext& cx, S* out, const S* inp, int64_t n);
+template <typename S>
+void gelu_erf_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t n);
+template <typename S>
+void tanh_forward(CpuContext& cx, S* out, const S* inp, int64_t n);
+template <typename S>
+void tanh_backward(CpuContext& cx, S* dinp, const S* out, const S* dout, int64_t n);
+template <typename S>
+void dropout_forward(CpuContext& cx, S* out, const S* inp, int64_t n, float p, uint64_t seed,
+                     uint64_t offset);
+template <typename S>
+void dropout_backward(CpuContext& cx, S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
+                      uint64_t offset);
+// factors[k] = the dropout factor (1/(1 - p) kept, 0 dropped) of element first_element + k,
+// k < count (backend/elementwise_math.h: dropout_uniform); sequential, for one thread's slice.
+void dropout_factors(float* factors, int64_t count, float p, uint64_t seed, uint64_t first_element);
+template <typename S>
+void gather_rows(CpuContext& cx, S* out, const S* inp, const int32_t* rows, int64_t count, int C);
+template <typename S>
+void scatter_add_rows(CpuContext& cx, S* dinp, const S* dout, const int32_t* rows, int64_t count,
+                      int C);
 double sum(CpuContext& cx, const float* x, int64_t n);
 template <typename S>
 double sum_squares(CpuContext& cx, const S* x, int64_t n);
@@ -56,6 +81,16 @@ void attention_forward(CpuContext& cx, S* out, float* lse, const S* qkv, const i
 template <typename S>
 void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* qkv, const float* lse,
                         const int32_t* key_mask, bool causal, int B, int T, int NH, int HS);
+// With dropout on the probabilities (backend.h, attention_forward_dropout): p = 0 is the
+// plain attention above, which calls these.
+template <typename S>
+void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
+                               const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                               float p, uint64_t seed, uint64_t offset);
+template <typename S>
+void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S* qkv,
+                                const float* lse, const int32_t* key_mask, bool causal, int B,
+                                int T, int NH, int HS, float p, uint64_t seed, uint64_t offset);
 
 template <typename S>
 void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const int32_t* targets,

@@ -151,6 +151,47 @@ class CudaBackend final : public Backend {
     cuda::accumulate(cx_, dev(dst), dev(src), n);
   }
 
+  void gelu_erf_forward(bf16* out, const bf16* inp, int64_t n) override {
+    cuda::gelu_erf_forward(cx_, dev(out), dev(inp), n);
+  }
+  void gelu_erf_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
+    cuda::gelu_erf_backward(cx_, dev(dinp), dev(inp), dev(dout), n);
+  }
+  void tanh_forward(bf16* out, const bf16* inp, int64_t n) override {
+    cuda::tanh_forward(cx_, dev(out), dev(inp), n);
+  }
+  void tanh_backward(bf16* dinp, const bf16* out, const bf16* dout, int64_t n) override {
+    cuda::tanh_backward(cx_, dev(dinp), dev(out), dev(dout), n);
+  }
+  void dropout_forward(bf16* out, const bf16* inp, int64_t n, float p, uint64_t seed,
+                       uint64_t offset) override {
+    cuda::dropout_forward(cx_, dev(out), dev(inp), n, p, seed, offset);
+  }
+  void dropout_backward(bf16* dinp, const bf16* dout, int64_t n, float p, uint64_t seed,
+                        uint64_t offset) override {
+    cuda::dropout_backward(cx_, dev(dinp), dev(dout), n, p, seed, offset);
+  }
+  void attention_forward_dropout(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                                 bool causal, int B, int T, int NH, int HS, float p, uint64_t seed,
+                                 uint64_t offset) override {
+    cuda::attention_forward_dropout(cx_, dev(out), lse, dev(qkv), key_mask, causal, B, T, NH, HS, p,
+                                    seed, offset);
+  }
+  void attention_backward_dropout(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                                  const float* lse, const int32_t* key_mask, bool causal, int B,
+                                  int T, int NH, int HS, float p, uint64_t seed,
+                                  uint64_t offset) override {
+    cuda::attention_backward_dropout(cx_, dev(dqkv), dev(dout), dev(out), dev(qkv), lse, key_mask,
+                                     causal, B, T, NH, HS, p, seed, offset);
+  }
+  void gather_rows(bf16* out, const bf16* inp, const int32_t* rows, int64_t count, int C) override {
+    cuda::gather_rows(cx_, dev(out), dev(inp), rows, count, C);
+  }
+  void scatter_add_rows(bf16* dinp, const bf16* dout, const int32_t* rows, int64_t count,
+                        int C) override {
+    cuda::scatter_add_rows(cx_, dev(dinp), dev(dout), rows, count, C);
+  }
+
   void rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS, float base) override {
     cuda::rope_forward(cx_, dev(out), dev(qkv), B, T, NH, HS, base);
   }

@@ -1,0 +1,84 @@
+// Dropout (src/backend/backend.h, "encoder ops"; the cpu version is
+// src/backend/cpu/dropout.cpp). Element i of a call is kept iff
+// math::dropout_uniform(seed, offset + i) ≥ p, and then scaled by 1/(1 - p), else 0. The
+// uniform is Philox-4x32-10 (src/backend/elementwise_math.h, shared with the cpu), so the masks
+// are the cpu's bit for bit, the backward recomputes them instead of reading a stored mask, and
+// the outputs are the cpu's bits too (one fp32 product or product-plus-sum, rounded once).
+//
+// A thread owns one Philox counter value: the 4 elements e = 4g .. 4g + 3 of the numbering
+// (those of them in [offset, offset + n)), so each evaluation serves 4 elements.
+#include <algorithm>
+
+#include "kernels/common.cuh"
+#include "kernels/kernels.cuh"
+
+namespace collage::cuda {
+COLLAGE_CUDA_VARIANT_BEGIN
+namespace {
+
+constexpr int kDropoutThreads = 256;
+constexpr int64_t kMaxDropoutBlocks = 4096;  // grid-stride beyond this, derived from n only
+
+// out[i] = rn(in[i]·factor) (forward) or dinp[i] = rn(dinp[i] + dout[i]·factor) (backward) for
+// the elements of counter values first_group + t, t < groups.
+template <bool kBackward>
+__global__ void dropout_kernel(bf16_t* out, const bf16_t* in, int64_t n, float p, float keep_scale,
+                               uint64_t seed, uint64_t offset, int64_t groups) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const uint64_t first_group = offset >> 2;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < groups; t += stride) {
+    const uint64_t group = first_group + uint64_t(t);
+    math::Philox4x32 block{};
+    if (p > 0.0f) block = math::dropout_block(seed, group);
+    for (int word = 0; word < 4; word++) {
+      const uint64_t element = 4 * group + uint64_t(word);
+      if (element < offset) continue;
+      const uint64_t i = element - offset;
+      if (i >= uint64_t(n)) break;
+      // p = 0: factor 1, x·1 = x (the identity without drawing numbers, as the cpu).
+      const float factor =
+          p > 0.0f ? math::dropout_factor(math::uniform_from_bits(block.v[word]), p, keep_scale)
+                   : 1.0f;
+      if constexpr (kBackward) {
+        out[i] = to_bf16(to_float(out[i]) + to_float(in[i]) * factor);
+      } else {
+        out[i] = to_bf16(to_float(in[i]) * factor);
+      }
+    }
+  }
+}
+
+template <bool kBackward>
+void dropout_launch(CudaContext& cx, const char* op, bf16_t* out, const bf16_t* in, int64_t n,
+                    float p, uint64_t seed, uint64_t offset) {
+  COLLAGE_KERNEL_CHECK(p >= 0.0f && p < 1.0f, "%s: dropout probability p = %g must be in [0, 1)",
+                       op, double(p));
+  COLLAGE_KERNEL_CHECK(n >= 0, "%s: n = %lld must be >= 0", op, static_cast<long long>(n));
+  if (n == 0) return;
+  COLLAGE_KERNEL_CHECK(out && in, "%s: null tensor (n = %lld)", op, static_cast<long long>(n));
+  const int64_t groups = int64_t(((offset + uint64_t(n) - 1) >> 2) - (offset >> 2)) + 1;
+  const int64_t blocks = std::min(ceil_div(groups, kDropoutThreads), kMaxDropoutBlocks);
+  launch(cx, op, dropout_kernel<kBackward>, dim3(unsigned(blocks)), dim3(kDropoutThreads))(
+      out, in, n, p, math::dropout_keep_scale(p), seed, offset, groups);
+}
+
+}  // namespace
+
+void dropout_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n, float p,
+                     uint64_t seed, uint64_t offset) {
+  dropout_launch<false>(cx, "dropout_forward", out, inp, n, p, seed, offset);
+}
+
+void dropout_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* dout, int64_t n, float p,
+                      uint64_t seed, uint64_t offset) {
+  if (!dinp) {  // null gradient: not computed (the arguments are still checked)
+    COLLAGE_KERNEL_CHECK(p >= 0.0f && p < 1.0f,
+                         "dropout_backward: dropout probability p = %g must be in [0, 1)",
+                         double(p));
+    return;
+  }
+  dropout_launch<true>(cx, "dropout_backward", dinp, dout, n, p, seed, offset);
+}
+
+COLLAGE_CUDA_VARIANT_END
+}  // namespace collage::cuda
