@@ -12,7 +12,7 @@
 namespace collage {
 
 struct ModelConfig {
-  std::string arch = "gpt";  // gpt (bert comes later)
+  std::string arch = "gpt";  // gpt | bert | roberta (encoders: src/model/bert.h)
   int n_layer = 12;
   int hidden_size = 768;
   int n_head = 12;
@@ -24,6 +24,11 @@ struct ModelConfig {
   bool tie_embeddings = true;
   float init_std = 0.02f;
   float layernorm_eps = 1e-5f;
+  // Encoders (bert, roberta) only:
+  int type_vocab_size = 2;         // token types (segments); RoBERTa: 1
+  int pad_token_id = 0;            // RoBERTa: 1; its positions start past it
+  float hidden_dropout = 0.1f;     // on the embeddings and each branch output
+  float attention_dropout = 0.1f;  // on the attention probabilities
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int head_size() const { return hidden_size / n_head; }

@@ -23,6 +23,10 @@ std::vector<ConfigField> config_fields(Config& c) {
       {"model.tie_embeddings", &m.tie_embeddings},
       {"model.init_std", &m.init_std},
       {"model.layernorm_eps", &m.layernorm_eps},
+      {"model.type_vocab_size", &m.type_vocab_size},
+      {"model.pad_token_id", &m.pad_token_id},
+      {"model.hidden_dropout", &m.hidden_dropout},
+      {"model.attention_dropout", &m.attention_dropout},
 
       {"data.datasets", &d.datasets},
       {"data.split", &d.split},

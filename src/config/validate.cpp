@@ -48,7 +48,7 @@ class Checker {
 };
 
 void check_model(const Checker& c, const ModelConfig& m, int tp) {
-  c.one_of("model.arch", m.arch, {"gpt"});
+  c.one_of("model.arch", m.arch, {"gpt", "bert", "roberta"});
   c.positive("model.n_layer", m.n_layer);
   c.positive("model.hidden_size", m.hidden_size);
   c.positive("model.n_head", m.n_head);
@@ -65,6 +65,18 @@ void check_model(const Checker& c, const ModelConfig& m, int tp) {
     c.reject("model.position_embedding",
              "rope needs an even head size, but model.hidden_size {} / model.n_head {} = {}",
              m.hidden_size, m.n_head, m.head_size());
+  if (m.arch != "gpt") {  // the encoders' own keys
+    c.positive("model.type_vocab_size", m.type_vocab_size);
+    if (m.pad_token_id < 0 || m.pad_token_id >= m.vocab_size)
+      c.reject("model.pad_token_id", "{} is not a token id below model.vocab_size {}",
+               m.pad_token_id, m.vocab_size);
+    for (auto [key, p] : {std::pair{"model.hidden_dropout", m.hidden_dropout},
+                          std::pair{"model.attention_dropout", m.attention_dropout}})
+      if (!(p >= 0 && p < 1)) c.reject(key, "{} is not a probability in [0, 1)", p);
+    if (m.position_embedding != "learned")
+      c.reject("model.position_embedding", "{}: the encoders use learned positions",
+               m.position_embedding);
+  }
   // Megatron tensor parallelism splits attention by heads and the MLP by ffn columns.
   if (m.n_head % tp != 0)
     c.reject("model.n_head", "{} heads do not split over parallel.tensor_parallel {}", m.n_head,

@@ -1,0 +1,566 @@
+// BERT / RoBERTa: parameters, activations, one micro-batch's forward and backward (bert.h).
+#include "model/bert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "model/weight_init.h"
+
+namespace collage {
+
+namespace {
+
+void validate_bert_config(const ModelConfig& c) {
+  COLLAGE_CHECK(c.arch == "bert" || c.arch == "roberta", "model.arch: '{}' is not an encoder",
+                c.arch);
+  COLLAGE_CHECK(c.n_layer >= 1, "model.n_layer: {} must be >= 1", c.n_layer);
+  COLLAGE_CHECK(c.hidden_size >= 1 && c.n_head >= 1 && c.hidden_size % c.n_head == 0,
+                "model.n_head: {} does not divide model.hidden_size {}", c.n_head, c.hidden_size);
+  COLLAGE_CHECK(c.vocab_size >= 1 && c.type_vocab_size >= 1 && c.max_position_embeddings >= 1,
+                "model: vocab_size {}, type_vocab_size {} and max_position_embeddings {} must be "
+                ">= 1",
+                c.vocab_size, c.type_vocab_size, c.max_position_embeddings);
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config) {
+  validate_bert_config(config);
+  const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab();
+  std::vector<ParameterInfo> table;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape, bool weight_decay) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    table.push_back(
+        {std::move(name), shape, numel, offset, weight_decay, TensorSplit::replicated, shape});
+    offset += numel;
+  };
+  add("embeddings.word.weight", {Vp, C}, true);
+  add("embeddings.position.weight", {config.max_position_embeddings, C}, true);
+  add("embeddings.token_type.weight", {config.type_vocab_size, C}, true);
+  add("embeddings.ln.weight", {C}, false);
+  add("embeddings.ln.bias", {C}, false);
+  for (int l = 0; l < config.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    add(p + "attn.qkv.weight", {3 * C, C}, true);
+    add(p + "attn.qkv.bias", {3 * C}, false);
+    add(p + "attn.proj.weight", {C, C}, true);
+    add(p + "attn.proj.bias", {C}, false);
+    add(p + "ln_1.weight", {C}, false);
+    add(p + "ln_1.bias", {C}, false);
+    add(p + "mlp.fc1.weight", {F, C}, true);
+    add(p + "mlp.fc1.bias", {F}, false);
+    add(p + "mlp.fc2.weight", {C, F}, true);
+    add(p + "mlp.fc2.bias", {C}, false);
+    add(p + "ln_2.weight", {C}, false);
+    add(p + "ln_2.bias", {C}, false);
+  }
+  add("mlm.dense.weight", {C, C}, true);
+  add("mlm.dense.bias", {C}, false);
+  add("mlm.ln.weight", {C}, false);
+  add("mlm.ln.bias", {C}, false);
+  add("mlm.decoder.bias", {Vp}, false);
+  if (config.arch == "bert") {
+    add("pooler.dense.weight", {C, C}, true);
+    add("pooler.dense.bias", {C}, false);
+    add("nsp.weight", {2, C}, true);
+    add("nsp.bias", {2}, false);
+  }
+  return table;
+}
+
+// Every activation and backward scratch buffer; N = B·T rows, M = B·P labelled rows at most.
+template <typename Storage>
+struct BertT<Storage>::Activations {
+  int32_t *ids, *key_mask, *segments, *positions;  // (N) device copies
+  int32_t *mlm_rows, *mlm_targets;                 // (M) rows of x, label ids
+  int32_t *cls_rows, *nsp_targets;                 // (B)
+  Storage* emb;                                    // (N, C) word + position + token type
+  float *emb_mean, *emb_rstd;
+  Storage* x0;  // (N, C) the embeddings' layernorm, dropped: layer 0's input
+  std::vector<LayerActivations> layers;
+  Storage* branch;  // (N, C) attention proj / fc2 output before the residual (scratch)
+  // MLM head
+  Storage *picked, *dense, *dense_gelu, *mlm_ln;  // (M, C)
+  float *mlm_mean, *mlm_rstd;
+  Storage* logits;  // (M, Vp)
+  float* mlm_losses;
+  // NSP head (BERT)
+  Storage *cls, *pooled_pre, *pooled;  // (B, C)
+  Storage* nsp_logits;                 // (B, 2)
+  float* nsp_losses;
+  // backward scratch (ops accumulate: zeroed before use)
+  Storage *dx, *dx_prev, *dres, *dbranch, *dln;  // (N, C)
+  Storage* dqkv;                                 // (N, 3C)
+  Storage* datty;                                // (N, C)
+  Storage *dfch, *dfch_gelu;                     // (N, F)
+  Storage* dlogits;                              // (M, Vp)
+  Storage *dmlm_ln, *ddense_gelu, *ddense, *dpicked;
+  Storage *dnsp_logits, *dpooled, *dpooled_pre, *dcls;
+};
+
+template <typename Storage>
+BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch,
+                      int seq_len, int max_predictions)
+    : config_(config),
+      backend_(backend),
+      micro_batch_(micro_batch),
+      seq_len_(seq_len),
+      max_predictions_(max_predictions),
+      nsp_(config.arch == "bert"),
+      C_(config.hidden_size),
+      NH_(config.n_head),
+      HS_(config.head_size()),
+      F_(config.ffn()),
+      V_(config.vocab_size),
+      Vp_(config.padded_vocab()) {
+  table_ = bert_parameter_table(config);
+  COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
+  COLLAGE_CHECK(max_predictions >= 1 && max_predictions <= seq_len,
+                "data.max_predictions: {} must be in [1, data.seq_len = {}]", max_predictions,
+                seq_len);
+  // RoBERTa's positions run up to pad_token_id + T.
+  const int64_t positions_needed =
+      config.arch == "roberta" ? int64_t{seq_len} + config.pad_token_id + 1 : seq_len;
+  COLLAGE_CHECK(seq_len >= 1 && positions_needed <= config.max_position_embeddings,
+                "data.seq_len: {} needs {} positions, more than model.max_position_embeddings {}",
+                seq_len, positions_needed, config.max_position_embeddings);
+  for (const ParameterInfo& info : table_) num_parameters_ += info.numel;
+  const size_t param_bytes = size_t(num_parameters_) * sizeof(Storage);
+  param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");
+  params_ = param_arena_->take<Storage>(num_parameters_);
+  grad_arena_ = std::make_unique<Arena>(backend, param_bytes, "gradients");
+  grads_ = grad_arena_->take<Storage>(num_parameters_);
+  weights_ = bind_weights(params_);
+  grad_weights_ = bind_weights(grads_);
+  acts_ = std::make_unique<Activations>();
+  Arena counting;
+  plan(counting);
+  act_arena_ = std::make_unique<Arena>(backend, counting.used(), "activations");
+  plan(*act_arena_);
+}
+
+template <typename Storage>
+BertT<Storage>::~BertT() = default;
+
+template <typename Storage>
+void BertT<Storage>::plan(Arena& arena) {
+  const int64_t N = int64_t{micro_batch_} * seq_len_, M = int64_t{micro_batch_} * max_predictions_;
+  const int64_t B = micro_batch_, C = C_, F = F_;
+  auto take = [&](int64_t count) { return arena.take<Storage>(count); };
+  auto take_f32 = [&](int64_t count) { return arena.take<float>(count); };
+  auto take_i32 = [&](int64_t count) { return arena.take<int32_t>(count); };
+  Activations& a = *acts_;
+  a.ids = take_i32(N), a.key_mask = take_i32(N), a.segments = take_i32(N);
+  a.positions = take_i32(N);
+  a.mlm_rows = take_i32(M), a.mlm_targets = take_i32(M);
+  a.cls_rows = take_i32(B), a.nsp_targets = take_i32(B);
+  a.emb = take(N * C), a.emb_mean = take_f32(N), a.emb_rstd = take_f32(N);
+  a.x0 = take(N * C);
+  a.layers.resize(config_.n_layer);
+  for (LayerActivations& l : a.layers) {
+    l.qkv = take(N * 3 * C), l.atty = take(N * C), l.lse = take_f32(B * NH_ * seq_len_);
+    l.res1 = take(N * C), l.ln1 = take(N * C), l.ln1_mean = take_f32(N), l.ln1_rstd = take_f32(N);
+    l.fch = take(N * F), l.fch_gelu = take(N * F);
+    l.res2 = take(N * C), l.ln2 = take(N * C), l.ln2_mean = take_f32(N), l.ln2_rstd = take_f32(N);
+  }
+  a.branch = take(N * C);
+  a.picked = take(M * C), a.dense = take(M * C), a.dense_gelu = take(M * C);
+  a.mlm_ln = take(M * C), a.mlm_mean = take_f32(M), a.mlm_rstd = take_f32(M);
+  a.logits = take(M * Vp_), a.mlm_losses = take_f32(M);
+  a.cls = take(B * C), a.pooled_pre = take(B * C), a.pooled = take(B * C);
+  a.nsp_logits = take(B * 2), a.nsp_losses = take_f32(B);
+  a.dx = take(N * C), a.dx_prev = take(N * C), a.dres = take(N * C), a.dbranch = take(N * C);
+  a.dln = take(N * C), a.dqkv = take(N * 3 * C), a.datty = take(N * C);
+  a.dfch = take(N * F), a.dfch_gelu = take(N * F);
+  a.dlogits = take(M * Vp_);
+  a.dmlm_ln = take(M * C), a.ddense_gelu = take(M * C), a.ddense = take(M * C);
+  a.dpicked = take(M * C);
+  a.dnsp_logits = take(B * 2), a.dpooled = take(B * C), a.dpooled_pre = take(B * C);
+  a.dcls = take(B * C);
+}
+
+template <typename Storage>
+typename BertT<Storage>::Weights BertT<Storage>::bind_weights(Storage* base) const {
+  std::unordered_map<std::string, Storage*> by_name;
+  for (const ParameterInfo& info : table_) by_name[info.name] = base + info.offset;
+  auto at = [&](const std::string& name) {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+  Weights w;
+  w.word = at("embeddings.word.weight");
+  w.position = at("embeddings.position.weight");
+  w.token_type = at("embeddings.token_type.weight");
+  w.emb_ln_w = at("embeddings.ln.weight");
+  w.emb_ln_b = at("embeddings.ln.bias");
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    w.layers.push_back({at(p + "attn.qkv.weight"), at(p + "attn.qkv.bias"),
+                        at(p + "attn.proj.weight"), at(p + "attn.proj.bias"), at(p + "ln_1.weight"),
+                        at(p + "ln_1.bias"), at(p + "mlp.fc1.weight"), at(p + "mlp.fc1.bias"),
+                        at(p + "mlp.fc2.weight"), at(p + "mlp.fc2.bias"), at(p + "ln_2.weight"),
+                        at(p + "ln_2.bias")});
+  }
+  w.mlm_dense_w = at("mlm.dense.weight");
+  w.mlm_dense_b = at("mlm.dense.bias");
+  w.mlm_ln_w = at("mlm.ln.weight");
+  w.mlm_ln_b = at("mlm.ln.bias");
+  w.decoder_b = at("mlm.decoder.bias");
+  w.pooler_w = at("pooler.dense.weight");
+  w.pooler_b = at("pooler.dense.bias");
+  w.nsp_w = at("nsp.weight");
+  w.nsp_b = at("nsp.bias");
+  return w;
+}
+
+template <typename Storage>
+void BertT<Storage>::init_weights(uint64_t seed) {
+  std::vector<float> host(size_t(num_parameters_), 0.0f);
+  for (size_t i = 0; i < table_.size(); i++) {
+    const ParameterInfo& info = table_[i];
+    float* out = host.data() + info.offset;
+    if (ends_with(info.name, ".bias")) continue;  // zeros
+    if (ends_with(info.name, "ln.weight") || ends_with(info.name, "ln_1.weight") ||
+        ends_with(info.name, "ln_2.weight")) {
+      std::fill(out, out + info.numel, 1.0f);
+      continue;
+    }
+    std::vector<float> values =
+        normal_bf16_values(tensor_seed(seed, i), info.numel, config_.init_std);
+    if (info.name == "embeddings.word.weight")  // vocab padding rows stay zero
+      std::fill(values.begin() + int64_t{V_} * C_, values.end(), 0.0f);
+    std::copy(values.begin(), values.end(), out);
+  }
+  load_parameters(host.data());
+}
+
+template <typename Storage>
+void BertT<Storage>::load_parameters(const float* host_values) {
+  std::vector<Storage> staged(static_cast<size_t>(num_parameters_));
+  if constexpr (std::is_same_v<Storage, bf16>) {
+    float_to_bf16_array(host_values, staged.data(), num_parameters_);
+  } else {
+    std::copy(host_values, host_values + num_parameters_, staged.begin());
+  }
+  backend_.copy_to_device(params_, staged.data(), staged.size() * sizeof(Storage));
+}
+
+template <typename Storage>
+void BertT<Storage>::save_parameters(float* host_values) const {
+  std::vector<Storage> staged(static_cast<size_t>(num_parameters_));
+  backend_.copy_to_host(staged.data(), params_, staged.size() * sizeof(Storage));
+  if constexpr (std::is_same_v<Storage, bf16>) {
+    bf16_to_float_array(staged.data(), host_values, num_parameters_);
+  } else {
+    std::copy(staged.begin(), staged.end(), host_values);
+  }
+}
+
+template <typename Storage>
+void BertT<Storage>::zero_gradients() {
+  backend_.zero(grads_, size_t(num_parameters_) * sizeof(Storage));
+}
+
+// Dropout sites of one micro-batch: 0 the embeddings; per layer 3l + 1 the attention
+// probabilities, 3l + 2 the attention output, 3l + 3 the MLP output. Each site's elements are
+// numbered from its own offset, micro-batches 2^40 apart.
+template <typename Storage>
+uint64_t BertT<Storage>::dropout_offset(int site) const {
+  return (dropout_index_ << 40) + (uint64_t(site) << 32);
+}
+
+template <typename Storage>
+void BertT<Storage>::dropout_forward(Storage* x, int64_t n, float p, int site) {
+  if (!last_dropout_ || p == 0.0f) return;
+  backend_.dropout_forward(x, x, n, p, dropout_seed_, dropout_offset(site));
+}
+
+template <typename Storage>
+void BertT<Storage>::dropout_backward(Storage* dinp, const Storage* dout, int64_t n, float p,
+                                      int site) {
+  if (!last_dropout_ || p == 0.0f) {
+    backend_.accumulate(dinp, dout, n);
+    return;
+  }
+  backend_.dropout_backward(dinp, dout, n, p, dropout_seed_, dropout_offset(site));
+}
+
+template <typename Storage>
+typename BertT<Storage>::Loss BertT<Storage>::forward(const BertBatch& batch, int B, bool dropout,
+                                                      uint64_t dropout_seed,
+                                                      uint64_t dropout_index) {
+  COLLAGE_CHECK(B >= 1 && B <= micro_batch_, "BERT forward: batch {} outside [1, {}]", B,
+                micro_batch_);
+  COLLAGE_CHECK(
+      batch.input_ids && batch.input_mask && batch.segment_ids && batch.masked_lm_positions &&
+          batch.masked_lm_ids && (!nsp_ || batch.next_sentence_labels),
+      "BERT forward: the batch lacks a tensor{}", nsp_ ? " (BERT needs next_sentence_labels)" : "");
+  const int T = seq_len_, P = max_predictions_, C = C_, F = F_;
+  const int64_t N = int64_t{B} * T;
+  const float eps = config_.layernorm_eps;
+  const Weights& w = weights_;
+  Activations& a = *acts_;
+  BackendT<Storage>& be = backend_;
+  last_dropout_ = dropout;
+  dropout_seed_ = dropout_seed;
+  dropout_index_ = dropout_index;
+
+  // Host side: check the ids, derive positions, the labelled rows and the [CLS] rows.
+  std::vector<int32_t> positions(N), key_mask(N);
+  for (int b = 0; b < B; b++) {
+    int32_t real_tokens = 0;
+    for (int t = 0; t < T; t++) {
+      const int64_t i = int64_t{b} * T + t;
+      COLLAGE_CHECK(batch.input_ids[i] >= 0 && batch.input_ids[i] < V_,
+                    "BERT forward: token {} at ({}, {}) is outside the vocab [0, {})",
+                    batch.input_ids[i], b, t, V_);
+      COLLAGE_CHECK(batch.segment_ids[i] >= 0 && batch.segment_ids[i] < config_.type_vocab_size,
+                    "BERT forward: segment id {} at ({}, {}) is outside [0, {})",
+                    batch.segment_ids[i], b, t, config_.type_vocab_size);
+      key_mask[i] = batch.input_mask[i] != 0;
+      real_tokens += key_mask[i];
+      // RoBERTa: real tokens count up from pad_token_id + 1, padding sits at pad_token_id.
+      positions[i] = config_.arch == "bert" ? t
+                     : key_mask[i]          ? config_.pad_token_id + real_tokens
+                                            : config_.pad_token_id;
+    }
+  }
+  std::vector<int32_t> rows, cls_rows(B);
+  host_mlm_targets_.clear();
+  for (int b = 0; b < B; b++) {
+    cls_rows[b] = b * T;
+    for (int k = 0; k < P; k++) {
+      const int32_t position = batch.masked_lm_positions[int64_t{b} * P + k];
+      if (position == 0) break;  // zero padding: the row's labels end here
+      const int32_t label = batch.masked_lm_ids[int64_t{b} * P + k];
+      COLLAGE_CHECK(position > 0 && position < T && label >= 0 && label < V_,
+                    "BERT forward: masked position {} (label {}) of sequence {} is outside the "
+                    "sequence [1, {}) or the vocab [0, {})",
+                    position, label, b, T, V_);
+      rows.push_back(b * T + position);
+      host_mlm_targets_.push_back(label);
+    }
+  }
+  const int M = int(rows.size());
+  be.copy_to_device(a.ids, batch.input_ids, N * sizeof(int32_t));
+  be.copy_to_device(a.key_mask, key_mask.data(), N * sizeof(int32_t));
+  be.copy_to_device(a.segments, batch.segment_ids, N * sizeof(int32_t));
+  be.copy_to_device(a.positions, positions.data(), N * sizeof(int32_t));
+  if (M > 0) {
+    be.copy_to_device(a.mlm_rows, rows.data(), M * sizeof(int32_t));
+    be.copy_to_device(a.mlm_targets, host_mlm_targets_.data(), M * sizeof(int32_t));
+  }
+
+  // Embeddings: three lookups summed, layernorm, dropout.
+  be.embedding_forward(a.emb, a.ids, w.word, nullptr, B, T, C, 0, Vp_);
+  be.embedding_forward(a.branch, a.positions, w.position, nullptr, B, T, C, 0,
+                       config_.max_position_embeddings);
+  be.add(a.emb, a.emb, a.branch, N * C);
+  be.embedding_forward(a.branch, a.segments, w.token_type, nullptr, B, T, C, 0,
+                       config_.type_vocab_size);
+  be.add(a.emb, a.emb, a.branch, N * C);
+  be.layernorm_forward(a.x0, a.emb_mean, a.emb_rstd, a.emb, w.emb_ln_w, w.emb_ln_b, N, C, eps);
+  dropout_forward(a.x0, N * C, config_.hidden_dropout, 0);
+
+  const Storage* x = a.x0;  // (N, C) the layer's input
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    LayerActivations& la = a.layers[l];
+    be.matmul_forward(la.qkv, x, lw.qkv_w, lw.qkv_b, N, C, 3 * C);
+    if (last_dropout_ && config_.attention_dropout > 0) {
+      be.attention_forward_dropout(la.atty, la.lse, la.qkv, a.key_mask, false, B, T, NH_, HS_,
+                                   config_.attention_dropout, dropout_seed_,
+                                   dropout_offset(3 * l + 1));
+    } else {
+      be.attention_forward(la.atty, la.lse, la.qkv, a.key_mask, false, B, T, NH_, HS_);
+    }
+    be.matmul_forward(a.branch, la.atty, lw.proj_w, lw.proj_b, N, C, C);
+    dropout_forward(a.branch, N * C, config_.hidden_dropout, 3 * l + 2);
+    be.residual_layernorm_forward(la.res1, la.ln1, la.ln1_mean, la.ln1_rstd, x, a.branch, lw.ln1_w,
+                                  lw.ln1_b, N, C, eps);
+    be.matmul_forward(la.fch, la.ln1, lw.fc1_w, lw.fc1_b, N, C, F);
+    be.gelu_erf_forward(la.fch_gelu, la.fch, N * F);
+    be.matmul_forward(a.branch, la.fch_gelu, lw.fc2_w, lw.fc2_b, N, F, C);
+    dropout_forward(a.branch, N * C, config_.hidden_dropout, 3 * l + 3);
+    be.residual_layernorm_forward(la.res2, la.ln2, la.ln2_mean, la.ln2_rstd, la.ln1, a.branch,
+                                  lw.ln2_w, lw.ln2_b, N, C, eps);
+    x = la.ln2;
+  }
+
+  Loss loss;
+  // MLM head on the labelled rows; the decoder is the word embedding (tied) plus its bias.
+  if (M > 0) {
+    be.gather_rows(a.picked, x, a.mlm_rows, M, C);
+    be.matmul_forward(a.dense, a.picked, w.mlm_dense_w, w.mlm_dense_b, M, C, C);
+    be.gelu_erf_forward(a.dense_gelu, a.dense, int64_t{M} * C);
+    be.layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.dense_gelu, w.mlm_ln_w, w.mlm_ln_b, M,
+                         C, eps);
+    be.matmul_forward(a.logits, a.mlm_ln, w.word, w.decoder_b, M, C, Vp_);
+    be.cross_entropy_forward(a.mlm_losses, a.logits, a.mlm_targets, M, V_, Vp_);
+    loss.mlm_sum = be.sum(a.mlm_losses, M);
+    loss.mlm_count = M;
+  }
+  // NSP head on the [CLS] rows (BERT).
+  if (nsp_) {
+    host_nsp_targets_.assign(batch.next_sentence_labels, batch.next_sentence_labels + B);
+    for (int b = 0; b < B; b++)
+      COLLAGE_CHECK(host_nsp_targets_[b] == 0 || host_nsp_targets_[b] == 1,
+                    "BERT forward: next_sentence_label {} of sequence {} is not 0 or 1",
+                    host_nsp_targets_[b], b);
+    be.copy_to_device(a.cls_rows, cls_rows.data(), B * sizeof(int32_t));
+    be.copy_to_device(a.nsp_targets, host_nsp_targets_.data(), B * sizeof(int32_t));
+    be.gather_rows(a.cls, x, a.cls_rows, B, C);
+    be.matmul_forward(a.pooled_pre, a.cls, w.pooler_w, w.pooler_b, B, C, C);
+    be.tanh_forward(a.pooled, a.pooled_pre, int64_t{B} * C);
+    be.matmul_forward(a.nsp_logits, a.pooled, w.nsp_w, w.nsp_b, B, C, 2);
+    be.cross_entropy_forward(a.nsp_losses, a.nsp_logits, a.nsp_targets, B, 2, 2);
+    loss.nsp_sum = be.sum(a.nsp_losses, B);
+    loss.nsp_count = B;
+  }
+  last_B_ = B;
+  last_rows_ = M;
+  return loss;
+}
+
+template <typename Storage>
+void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
+  COLLAGE_CHECK(last_B_ > 0, "BERT backward: no forward yet");
+  const int B = last_B_, T = seq_len_, M = last_rows_, C = C_, F = F_;
+  const int64_t N = int64_t{B} * T;
+  const Weights& w = weights_;
+  const Weights& g = grad_weights_;
+  Activations& a = *acts_;
+  BackendT<Storage>& be = backend_;
+  const size_t nc_bytes = size_t(N) * C * sizeof(Storage);
+
+  be.zero(a.dx, nc_bytes);  // gradient of the last layer's output
+  if (M > 0) {
+    const size_t mc_bytes = size_t(M) * C * sizeof(Storage);
+    be.zero(a.dlogits, size_t(M) * Vp_ * sizeof(Storage));
+    for (Storage* d : {a.dmlm_ln, a.ddense_gelu, a.ddense, a.dpicked}) be.zero(d, mc_bytes);
+    be.cross_entropy_backward(a.dlogits, a.logits, a.mlm_targets, M, V_, Vp_, dloss_mlm);
+    be.matmul_backward(a.dmlm_ln, g.word, g.decoder_b, a.dlogits, a.mlm_ln, w.word, M, C, Vp_);
+    be.layernorm_backward(a.ddense_gelu, g.mlm_ln_w, g.mlm_ln_b, a.dmlm_ln, a.dense_gelu,
+                          w.mlm_ln_w, a.mlm_mean, a.mlm_rstd, M, C);
+    be.gelu_erf_backward(a.ddense, a.dense, a.ddense_gelu, int64_t{M} * C);
+    be.matmul_backward(a.dpicked, g.mlm_dense_w, g.mlm_dense_b, a.ddense, a.picked, w.mlm_dense_w,
+                       M, C, C);
+    be.scatter_add_rows(a.dx, a.dpicked, a.mlm_rows, M, C);
+  }
+  if (nsp_) {
+    const size_t bc_bytes = size_t(B) * C * sizeof(Storage);
+    be.zero(a.dnsp_logits, size_t(B) * 2 * sizeof(Storage));
+    for (Storage* d : {a.dpooled, a.dpooled_pre, a.dcls}) be.zero(d, bc_bytes);
+    be.cross_entropy_backward(a.dnsp_logits, a.nsp_logits, a.nsp_targets, B, 2, 2, dloss_nsp);
+    be.matmul_backward(a.dpooled, g.nsp_w, g.nsp_b, a.dnsp_logits, a.pooled, w.nsp_w, B, C, 2);
+    be.tanh_backward(a.dpooled_pre, a.pooled, a.dpooled, int64_t{B} * C);
+    be.matmul_backward(a.dcls, g.pooler_w, g.pooler_b, a.dpooled_pre, a.cls, w.pooler_w, B, C, C);
+    be.scatter_add_rows(a.dx, a.dcls, a.cls_rows, B, C);
+  }
+
+  // Layers, last first. dx: the gradient of the layer's output (its ln2).
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    const LayerWeights& lw = w.layers[l];
+    const LayerWeights& lg = g.layers[l];
+    const LayerActivations& la = a.layers[l];
+    const Storage* x_in = l == 0 ? a.x0 : a.layers[l - 1].ln2;
+    for (Storage* d : {a.dres, a.dbranch, a.dln, a.datty, a.dx_prev}) be.zero(d, nc_bytes);
+    be.zero(a.dqkv, nc_bytes * 3);
+    be.zero(a.dfch, size_t(N) * F * sizeof(Storage));
+    be.zero(a.dfch_gelu, size_t(N) * F * sizeof(Storage));
+    // x_out = LN2(res2), res2 = ln1 + dropout(fc2(gelu(fc1(ln1))))
+    be.layernorm_backward(a.dres, lg.ln2_w, lg.ln2_b, a.dx, la.res2, lw.ln2_w, la.ln2_mean,
+                          la.ln2_rstd, N, C);
+    dropout_backward(a.dbranch, a.dres, N * C, config_.hidden_dropout, 3 * l + 3);
+    be.matmul_backward(a.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dbranch, la.fch_gelu, lw.fc2_w, N, F, C);
+    be.gelu_erf_backward(a.dfch, la.fch, a.dfch_gelu, N * F);
+    be.matmul_backward(a.dln, lg.fc1_w, lg.fc1_b, a.dfch, la.ln1, lw.fc1_w, N, C, F);
+    be.accumulate(a.dln, a.dres, N * C);  // the residual path
+    // ln1 = LN1(res1), res1 = x_in + dropout(proj(attention(qkv(x_in))))
+    be.zero(a.dres, nc_bytes);
+    be.zero(a.dbranch, nc_bytes);
+    be.layernorm_backward(a.dres, lg.ln1_w, lg.ln1_b, a.dln, la.res1, lw.ln1_w, la.ln1_mean,
+                          la.ln1_rstd, N, C);
+    dropout_backward(a.dbranch, a.dres, N * C, config_.hidden_dropout, 3 * l + 2);
+    be.matmul_backward(a.datty, lg.proj_w, lg.proj_b, a.dbranch, la.atty, lw.proj_w, N, C, C);
+    if (last_dropout_ && config_.attention_dropout > 0) {
+      be.attention_backward_dropout(a.dqkv, a.datty, la.atty, la.qkv, la.lse, a.key_mask, false, B,
+                                    T, NH_, HS_, config_.attention_dropout, dropout_seed_,
+                                    dropout_offset(3 * l + 1));
+    } else {
+      be.attention_backward(a.dqkv, a.datty, la.atty, la.qkv, la.lse, a.key_mask, false, B, T, NH_,
+                            HS_);
+    }
+    be.matmul_backward(a.dx_prev, lg.qkv_w, lg.qkv_b, a.dqkv, x_in, lw.qkv_w, N, C, 3 * C);
+    be.accumulate(a.dx_prev, a.dres, N * C);  // the residual path
+    std::swap(a.dx, a.dx_prev);
+  }
+
+  // Embeddings: dx is the gradient of x0 = dropout(LN(emb)).
+  be.zero(a.dln, nc_bytes);
+  be.zero(a.dres, nc_bytes);
+  dropout_backward(a.dln, a.dx, N * C, config_.hidden_dropout, 0);
+  be.layernorm_backward(a.dres, g.emb_ln_w, g.emb_ln_b, a.dln, a.emb, w.emb_ln_w, a.emb_mean,
+                        a.emb_rstd, N, C);
+  be.embedding_backward(g.word, nullptr, a.dres, a.ids, B, T, C, 0, Vp_);
+  be.embedding_backward(g.position, nullptr, a.dres, a.positions, B, T, C, 0,
+                        config_.max_position_embeddings);
+  be.embedding_backward(g.token_type, nullptr, a.dres, a.segments, B, T, C, 0,
+                        config_.type_vocab_size);
+}
+
+// argmax over the real vocabulary of each labelled row's logits (host copy).
+template <typename Storage>
+int64_t BertT<Storage>::mlm_correct() const {
+  const int M = last_rows_;
+  std::vector<Storage> logits(size_t(M) * Vp_);
+  if (M > 0) backend_.copy_to_host(logits.data(), acts_->logits, logits.size() * sizeof(Storage));
+  int64_t correct = 0;
+  for (int r = 0; r < M; r++) {
+    const Storage* row = logits.data() + int64_t{r} * Vp_;
+    auto value = [&](int j) {
+      if constexpr (std::is_same_v<Storage, bf16>)
+        return bf16_to_float(row[j]);
+      else
+        return float(row[j]);
+    };
+    int best = 0;
+    for (int j = 1; j < V_; j++)
+      if (value(j) > value(best)) best = j;
+    correct += best == host_mlm_targets_[r];
+  }
+  return correct;
+}
+
+template <typename Storage>
+int64_t BertT<Storage>::nsp_correct() const {
+  if (!nsp_ || last_B_ == 0) return 0;
+  std::vector<Storage> logits(size_t(last_B_) * 2);
+  backend_.copy_to_host(logits.data(), acts_->nsp_logits, logits.size() * sizeof(Storage));
+  int64_t correct = 0;
+  for (int b = 0; b < last_B_; b++) {
+    float l0, l1;
+    if constexpr (std::is_same_v<Storage, bf16>) {
+      l0 = bf16_to_float(logits[2 * b]), l1 = bf16_to_float(logits[2 * b + 1]);
+    } else {
+      l0 = logits[2 * b], l1 = logits[2 * b + 1];
+    }
+    correct += (l1 > l0 ? 1 : 0) == host_nsp_targets_[b];
+  }
+  return correct;
+}
+
+template class BertT<bf16>;
+template class BertT<float>;
+
+}  // namespace collage

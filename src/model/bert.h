@@ -1,0 +1,167 @@
+#pragma once
+// BERT and RoBERTa: the bidirectional encoders of the Collage paper's first experiments,
+// written once against BackendT<Storage> like the GPT (BertT<bf16> trains, BertT<float> runs
+// the same code at fp32 for the PyTorch-fixture and finite-difference tests).
+//
+//   embeddings  x = LN(word[ids] + position[pos] + token_type[segments]), dropout
+//   block       x = LN1(x + dropout(proj(attention(x, padding mask))))
+//               x = LN2(x + dropout(fc2(gelu(fc1(x)))))          post-LayerNorm, erf GELU
+//   MLM head    rows at the masked positions: LN(gelu(dense(x))) · wordᵀ + decoder bias
+//   BERT only   pooler tanh(dense(x[CLS])) and the next-sentence classifier; loss MLM + NSP
+// RoBERTa (arch roberta): one token type, no pooler or NSP, positions offset past the padding
+// id (pad_token_id + cumulative count of real tokens; padding tokens sit at pad_token_id), as
+// the reference model computes them. Dropout masks come from a counter-based RNG
+// (Philox, src/backend/elementwise_math.h) keyed by a seed and each element's index, so every
+// backend draws the same masks and a resumed run replays them.
+//
+// Parameter table (PyTorch [out, in] shapes; C hidden, F ffn, Vp padded vocab):
+//   embeddings.word.weight        (Vp, C)   also the MLM decoder's weight (tied)
+//   embeddings.position.weight    (max_position_embeddings, C)
+//   embeddings.token_type.weight  (type_vocab_size, C)
+//   embeddings.ln.weight/bias     (C)
+//   h.{l}.attn.qkv.weight/bias    (3C, C) rows [q | k | v], (3C)
+//   h.{l}.attn.proj.weight/bias   (C, C), (C)
+//   h.{l}.ln_1.weight/bias        (C)       after the attention residual
+//   h.{l}.mlp.fc1.weight/bias     (F, C), (F)
+//   h.{l}.mlp.fc2.weight/bias     (C, F), (C)
+//   h.{l}.ln_2.weight/bias        (C)       after the MLP residual
+//   mlm.dense.weight/bias         (C, C), (C)
+//   mlm.ln.weight/bias            (C)
+//   mlm.decoder.bias              (Vp)
+//   pooler.dense.weight/bias      (C, C), (C)    BERT only
+//   nsp.weight/bias               (2, C), (2)    BERT only
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/arena.h"
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/parameter_info.h"
+
+namespace collage {
+
+// The parameter table of a BERT or RoBERTa config (validates it; no backend needed).
+std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config);
+
+// One micro-batch as the HDF5 files hold it, on the host, row-major.
+struct BertBatch {
+  const int32_t* input_ids = nullptr;             // (B, T)
+  const int32_t* input_mask = nullptr;            // (B, T) 1 real token, 0 padding
+  const int32_t* segment_ids = nullptr;           // (B, T) token types (RoBERTa: all 0)
+  const int32_t* masked_lm_positions = nullptr;   // (B, P) zero-padded: a row's labels end at
+  const int32_t* masked_lm_ids = nullptr;         // (B, P) its first zero position
+  const int32_t* next_sentence_labels = nullptr;  // (B) BERT only (may be null for RoBERTa)
+};
+
+template <typename Storage>
+class BertT {
+ public:
+  struct Loss {
+    double mlm_sum = 0;  // Σ MLM token losses
+    int64_t mlm_count = 0;
+    double nsp_sum = 0;  // Σ NSP sequence losses (BERT)
+    int64_t nsp_count = 0;
+  };
+
+  // micro_batch: the largest B forward() accepts; seq_len: the T every forward uses;
+  // max_predictions: P, the labelled positions per sequence. Parameters start at zero: call
+  // init_weights or load_parameters. Tensor parallelism is not implemented for the encoders.
+  BertT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch, int seq_len,
+        int max_predictions);
+  ~BertT();  // in bert.cpp, where Activations is complete
+  BertT(const BertT&) = delete;
+  BertT& operator=(const BertT&) = delete;
+
+  const std::vector<ParameterInfo>& parameters() const { return table_; }
+  int64_t num_parameters() const { return num_parameters_; }
+  Storage* parameter_memory() { return params_; }
+  Storage* gradient_memory() { return grads_; }
+  const Storage* parameter_memory() const { return params_; }
+
+  // BERT's init: N(0, init_std) for weights and embeddings, layernorms 1, biases 0, vocab
+  // padding rows 0; per-tensor streams as the GPT's (model/weight_init.h).
+  void init_weights(uint64_t seed);
+  void load_parameters(const float* host_values);  // num_parameters() floats, table order
+  void save_parameters(float* host_values) const;
+
+  // One micro-batch. dropout: whether to drop (training) and the key of this micro-batch's
+  // masks; its masks depend on (dropout_seed, dropout_index) only, so give each micro-batch a
+  // distinct index (the trainer: its first sample's index).
+  Loss forward(const BertBatch& batch, int B, bool dropout, uint64_t dropout_seed = 0,
+               uint64_t dropout_index = 0);
+  // Accumulates the gradient of dloss_mlm · Σ MLM token losses + dloss_nsp · Σ NSP losses of the
+  // last forward into gradient_memory().
+  void backward(float dloss_mlm, float dloss_nsp);
+  void zero_gradients();
+
+  // Of the last forward: how many labelled tokens (and, BERT, sequences) the model predicted
+  // right (argmax over the real vocabulary). Copies the logits to the host: for evaluation.
+  int64_t mlm_correct() const;
+  int64_t nsp_correct() const;
+
+  size_t parameter_bytes() const { return param_arena_->capacity(); }
+  size_t gradient_bytes() const { return grad_arena_->capacity(); }
+  size_t activation_bytes() const { return act_arena_->capacity(); }
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  struct LayerWeights {
+    Storage *qkv_w, *qkv_b, *proj_w, *proj_b, *ln1_w, *ln1_b;
+    Storage *fc1_w, *fc1_b, *fc2_w, *fc2_b, *ln2_w, *ln2_b;
+  };
+  struct Weights {  // views into parameter or gradient memory
+    Storage *word, *position, *token_type, *emb_ln_w, *emb_ln_b;
+    std::vector<LayerWeights> layers;
+    Storage *mlm_dense_w, *mlm_dense_b, *mlm_ln_w, *mlm_ln_b, *decoder_b;
+    Storage *pooler_w = nullptr, *pooler_b = nullptr, *nsp_w = nullptr, *nsp_b = nullptr;
+  };
+  struct LayerActivations {
+    Storage* qkv;   // (N, 3C)
+    Storage* atty;  // (N, C)
+    float* lse;     // (B, NH, T)
+    Storage* res1;  // (N, C) x + attention branch
+    Storage* ln1;   // (N, C)
+    float *ln1_mean, *ln1_rstd;
+    Storage* fch;       // (N, F)
+    Storage* fch_gelu;  // (N, F)
+    Storage* res2;      // (N, C) ln1 + MLP branch
+    Storage* ln2;       // (N, C) the layer's output
+    float *ln2_mean, *ln2_rstd;
+  };
+  struct Activations;
+
+  Weights bind_weights(Storage* base) const;
+  void plan(Arena& arena);
+  // Dropout of n elements of `site` in this micro-batch, in place; backward: dinp += the same
+  // mask applied to dout. Identity (a copy-add in the backward) when dropout is off or p = 0.
+  void dropout_forward(Storage* x, int64_t n, float p, int site);
+  void dropout_backward(Storage* dinp, const Storage* dout, int64_t n, float p, int site);
+  uint64_t dropout_offset(int site) const;
+
+  ModelConfig config_;
+  BackendT<Storage>& backend_;
+  int micro_batch_, seq_len_, max_predictions_;
+  bool nsp_;  // BERT: pooler + NSP head
+  int C_, NH_, HS_, F_, V_, Vp_;
+  std::vector<ParameterInfo> table_;
+  int64_t num_parameters_ = 0;
+  std::unique_ptr<Arena> param_arena_, grad_arena_, act_arena_;
+  Storage* params_ = nullptr;
+  Storage* grads_ = nullptr;
+  Weights weights_, grad_weights_;
+  std::unique_ptr<Activations> acts_;
+
+  // the last forward
+  int last_B_ = 0, last_rows_ = 0;  // batch size, labelled MLM rows
+  bool last_dropout_ = false;
+  uint64_t dropout_seed_ = 0, dropout_index_ = 0;
+  std::vector<int32_t> host_mlm_targets_, host_nsp_targets_;
+};
+
+using BERT = BertT<bf16>;
+
+extern template class BertT<bf16>;
+extern template class BertT<float>;
+
+}  // namespace collage

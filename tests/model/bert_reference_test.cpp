@@ -1,0 +1,156 @@
+// BERT and RoBERTa against PyTorch: fixtures from scripts/reference/bert_reference.py (float64
+// torch, an independent implementation of Hugging Face's BertForPreTraining and
+// RobertaForMaskedLM with collage's parameter layout) hold weights, a padded batch with
+// zero-padded MLM labels, the MLM and NSP losses and logits, and the gradient of their sum for
+// every parameter. Regenerate: `/usr/bin/python3 scripts/reference/bert_reference.py`.
+//
+// Errors relative to the reference tensor's norm. fp32 backend: fp32 rounding and summation
+// order only, ~1e-6 through two layers; 1e-4 catches any layout or math error (those are O(1)).
+// bf16 backend: every activation rounded to 8 bits (as the GPT's reference test explains);
+// post-LayerNorm blocks renormalise after every residual, so errors compound no worse than the
+// GPT's: losses 5e-3, logits 2e-2, gradients 5e-2 (measured values in the failure messages).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "backend/backend.h"
+#include "fixture_reader.h"
+#include "model/bert.h"
+
+namespace collage {
+namespace {
+
+using test::entry;
+using test::Fixture;
+
+struct Tolerances {
+  double loss, logits, grad;
+};
+
+struct Case {
+  ModelConfig config;
+  int B, T, P;
+  std::vector<int32_t> ids, mask, segments, positions, labels, nsp;
+  BertBatch batch() const {
+    return {ids.data(),       mask.data(),   segments.data(),
+            positions.data(), labels.data(), nsp.empty() ? nullptr : nsp.data()};
+  }
+};
+
+std::vector<int32_t> ints(const Fixture& f, const std::string& name) {
+  const std::vector<float>& data = entry(f, name).data;
+  return std::vector<int32_t>(data.begin(), data.end());
+}
+
+Case case_from(const Fixture& f, const std::string& arch) {
+  const std::vector<float>& c = entry(f, "config").data;
+  Case k;
+  k.config.arch = arch;
+  k.config.n_layer = int(c[0]);
+  k.config.hidden_size = int(c[1]);
+  k.config.n_head = int(c[2]);
+  k.config.ffn_hidden_size = int(c[3]);
+  k.config.vocab_size = int(c[4]);
+  k.config.max_position_embeddings = int(c[5]);
+  k.config.type_vocab_size = int(c[6]);
+  k.config.pad_token_id = int(c[7]);
+  k.config.layernorm_eps = c[8];
+  k.P = int(c[9]);
+  const std::vector<int64_t>& shape = entry(f, "batch.input_ids").shape;
+  k.B = int(shape[0]), k.T = int(shape[1]);
+  k.ids = ints(f, "batch.input_ids");
+  k.mask = ints(f, "batch.input_mask");
+  k.segments = ints(f, "batch.segment_ids");
+  k.positions = ints(f, "batch.masked_lm_positions");
+  k.labels = ints(f, "batch.masked_lm_ids");
+  if (arch == "bert") k.nsp = ints(f, "batch.next_sentence_labels");
+  return k;
+}
+
+double relative_error(const std::vector<float>& got, const float* want, int64_t n) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+template <typename Storage>
+std::vector<float> to_host(BackendT<Storage>& backend, const Storage* device, int64_t n) {
+  std::vector<Storage> staged(static_cast<size_t>(n));
+  backend.copy_to_host(staged.data(), device, staged.size() * sizeof(Storage));
+  std::vector<float> host(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<Storage, bf16>) {
+      host[i] = bf16_to_float(staged[i]);
+    } else {
+      host[i] = staged[i];
+    }
+  }
+  return host;
+}
+
+template <typename Storage>
+void check_against_fixture(BackendT<Storage>& backend, const std::string& arch,
+                           const Tolerances& tol) {
+  const Fixture f = test::read_fixture(std::string(COLLAGE_SOURCE_DIR) + "/tests/fixtures/" + arch +
+                                       "_encoder.bin");
+  const Case k = case_from(f, arch);
+  BertT<Storage> model(k.config, backend, k.B, k.T, k.P);
+  std::vector<float> host(size_t(model.num_parameters()));
+  for (const ParameterInfo& p : model.parameters()) {
+    const test::FixtureTensor& t = entry(f, "param." + p.name);
+    ASSERT_EQ(t.shape, p.shape) << p.name;
+    std::copy(t.data.begin(), t.data.end(), host.begin() + p.offset);
+  }
+  model.load_parameters(host.data());
+  model.zero_gradients();
+  const auto loss = model.forward(k.batch(), k.B, /*dropout=*/false);
+  const double mlm = loss.mlm_sum / double(loss.mlm_count);
+  const double want_mlm = entry(f, "out.mlm_loss").data[0];
+  EXPECT_LT(std::abs(mlm - want_mlm) / want_mlm, tol.loss)
+      << "MLM loss " << mlm << " vs " << want_mlm;
+  EXPECT_EQ(loss.mlm_count, entry(f, "out.mlm_logits").shape[0]);
+  if (arch == "bert") {
+    const double nsp = loss.nsp_sum / double(loss.nsp_count);
+    const double want_nsp = entry(f, "out.nsp_loss").data[0];
+    EXPECT_LT(std::abs(nsp - want_nsp) / want_nsp, tol.loss)
+        << "NSP loss " << nsp << " vs " << want_nsp;
+  }
+  // The mean losses' gradient: 1 / labelled tokens and 1 / sequences.
+  model.backward(float(1.0 / double(loss.mlm_count)),
+                 loss.nsp_count ? float(1.0 / double(loss.nsp_count)) : 0.0f);
+  const std::vector<float> grads =
+      to_host(backend, model.gradient_memory(), model.num_parameters());
+  for (const ParameterInfo& p : model.parameters()) {
+    const test::FixtureTensor& want = entry(f, "grad." + p.name);
+    std::vector<float> got(grads.begin() + p.offset, grads.begin() + p.offset + p.numel);
+    const double error = relative_error(got, want.data.data(), p.numel);
+    EXPECT_LT(error, tol.grad) << p.name << ": relative gradient error " << error;
+  }
+}
+
+TEST(BertReference, Fp32MatchesPyTorch) {
+  auto backend = make_cpu_backend_fp32(2);
+  check_against_fixture(*backend, "bert", {1e-4, 1e-4, 1e-4});
+}
+
+TEST(BertReference, RobertaFp32MatchesPyTorch) {
+  auto backend = make_cpu_backend_fp32(2);
+  check_against_fixture(*backend, "roberta", {1e-4, 1e-4, 1e-4});
+}
+
+TEST(BertReference, Bf16MatchesPyTorch) {
+  auto backend = make_cpu_backend(2);
+  check_against_fixture(*backend, "bert", {5e-3, 2e-2, 5e-2});
+}
+
+TEST(BertReference, RobertaBf16MatchesPyTorch) {
+  auto backend = make_cpu_backend(2);
+  check_against_fixture(*backend, "roberta", {5e-3, 2e-2, 5e-2});
+}
+
+}  // namespace
+}  // namespace collage
