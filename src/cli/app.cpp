@@ -26,6 +26,7 @@ int run_cli(int argc, char** argv) {
   add_inspect_command(app);
   add_bench_command(app);
   add_plan_command(app);
+  add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

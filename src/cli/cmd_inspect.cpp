@@ -1,22 +1,30 @@
 // `collage inspect PREFIX`: what is in a Megatron indexed dataset (<prefix>.idx/.bin), one
 // document decoded back to text, and the exact token ids of the first training samples as
 // the trainer reads them (GPTDataset + pretraining sampler, consumed_samples 0, one DP rank).
+// `collage inspect FILE.hdf5|DIR`: a BERT pretraining HDF5 file or a directory of shards
+// (src/data/bert_hdf5.h): sample count, each dataset's shape, dtype and storage, and one
+// sample, decoded with a BERT vocab.txt when --vocab-file is given.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data/bert_hdf5.h"
+#include "data/bert_shards.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/pretraining_sampler.h"
+#include "data/wordpiece_tokenizer.h"
 
 namespace collage {
 namespace {
@@ -32,7 +40,103 @@ struct InspectOptions {
   std::string split = "980,10,10";
   std::string split_name = "train";
   int64_t num_samples = 0;  // 0: same as `samples`
+  bool check = false;       // BERT HDF5: read and check every sample
 };
+
+// ---------------------------------------------------------------------------------------
+// BERT pretraining HDF5 (a file or a directory of shards)
+
+bool is_bert_path(const std::string& path) {
+  std::error_code ec;
+  return has_hdf5_extension(path) || std::filesystem::is_directory(path, ec);
+}
+
+// WordPiece tokens back to text: a "##" piece joins the word before it (never a bracketed
+// special token such as [CLS], which a truncated segment may be followed by).
+std::string join_wordpieces(const std::vector<std::string>& tokens) {
+  std::string text;
+  bool after_word = false;
+  for (const auto& t : tokens) {
+    if (after_word && t.rfind("##", 0) == 0) {
+      text += t.substr(2);
+      continue;
+    }
+    if (!text.empty()) text += ' ';
+    text += t;
+    after_word = !(t.size() >= 2 && t.front() == '[' && t.back() == ']');
+  }
+  return text;
+}
+
+void print_bert_sample(const BertShardSet& set, int64_t index, const WordpieceTokenizer* vocab) {
+  if (index < 0 || index >= set.num_samples())
+    fail("--decode {}: {} has samples 0 .. {}", index, set.path(), set.num_samples() - 1);
+  const auto [f, row] = set.locate_in_name_order(index);
+  BertHdf5File file = set.open(f);
+  const BertSample s = file.get(row);
+  fmt::print("sample {} ({} row {}): next_sentence_label {}, {} masked positions\n", index,
+             set.file(f), row, s.next_sentence_label, s.masked_positions.size());
+  fmt::print("  input_ids:           {}\n", fmt::join(s.input_ids, " "));
+  fmt::print("  input_mask:          {}\n", fmt::join(s.input_mask, " "));
+  fmt::print("  segment_ids:         {}\n", fmt::join(s.segment_ids, " "));
+  fmt::print("  masked_lm_positions: {}\n", fmt::join(s.masked_positions, " "));
+  fmt::print("  masked_lm_ids:       {}\n", fmt::join(s.masked_ids, " "));
+  if (vocab == nullptr) return;
+  // The tokens under input_mask (the real ones), as the model sees them, then the text with
+  // the masked positions given back their original tokens.
+  std::vector<std::string> seen, original;
+  for (size_t i = 0; i < s.input_ids.size(); ++i) {
+    if (s.input_mask[i] == 0) continue;
+    seen.push_back(vocab->token(s.input_ids[i]));
+    original.push_back(seen.back());
+    for (size_t m = 0; m < s.masked_positions.size(); ++m)
+      if (s.masked_positions[m] == static_cast<int32_t>(i))
+        original.back() = vocab->token(s.masked_ids[m]);
+  }
+  std::vector<std::string> masked;
+  for (size_t m = 0; m < s.masked_positions.size(); ++m)
+    masked.push_back(fmt::format("{}={}", s.masked_positions[m], vocab->token(s.masked_ids[m])));
+  fmt::print("  tokens:              {}\n", fmt::join(seen, " "));
+  fmt::print("  masked:              {}\n", fmt::join(masked, " "));
+  fmt::print("  text:                {}\n", join_wordpieces(original));
+}
+
+void inspect_bert(const InspectOptions& o, bool decode_given, bool vocab_given) {
+  std::optional<WordpieceTokenizer> vocab;
+  if (vocab_given) vocab.emplace(WordpieceTokenizer::load(o.vocab_file));
+  const int64_t vocab_size = vocab ? vocab->vocab_size() : BertHdf5File::kUnknownVocab;
+  const BertShardSet set(o.prefix, vocab_size);
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.prefix, ec))
+    fmt::print("BERT HDF5:    directory {}, {} files (*.hdf5, *.h5)\n", o.prefix, set.num_files());
+  else
+    fmt::print("BERT HDF5:    file {}\n", o.prefix);
+  fmt::print("samples:      {}\n", set.num_samples());
+  fmt::print("seq_len:      {}\n", set.seq_len());
+  fmt::print("max_predictions: {}\n", set.max_predictions());
+  if (vocab)
+    fmt::print("vocabulary:   {} ({} tokens)\n", o.vocab_file, vocab->vocab_size());
+  else
+    fmt::print("vocabulary:   none (--vocab-file): ids are printed, and checked only to be >= 0\n");
+  if (set.num_files() > 1) {
+    const int shown = std::min(set.num_files(), 20);
+    fmt::print("files:\n");
+    for (int f = 0; f < shown; ++f)
+      fmt::print("  {:<40} {:>10} samples\n",
+                 std::filesystem::path(set.file(f)).filename().string(), set.file_samples(f));
+    if (shown < set.num_files()) fmt::print("  ... {} more\n", set.num_files() - shown);
+  }
+  const BertHdf5File first = set.open(0);
+  fmt::print("datasets of {}:\n", first.path());
+  for (const auto& d : first.datasets())
+    fmt::print("  {:<21} {:<12} {:<20} {}\n", d.name, fmt::format("[{}]", fmt::join(d.shape, ", ")),
+               d.dtype, d.storage);
+  print_bert_sample(set, decode_given ? o.decode : 0, vocab ? &*vocab : nullptr);
+  if (o.check) {
+    for (int f = 0; f < set.num_files(); ++f) set.open(f).check_all_rows();
+    fmt::print("values:       all {} samples checked\n", set.num_samples());
+  }
+}
 
 // ~10 log-spaced bins over sequence lengths 1 .. max (plus one bin for empty sequences).
 void print_length_histogram(std::span<const int32_t> lengths, int64_t max_len) {
@@ -148,11 +252,23 @@ void add_inspect_command(CLI::App& root) {
       "Examples:\n"
       "  collage inspect data/my-gpt2_text_document\n"
       "  collage inspect data/my-gpt2_text_document --decode 0\n"
-      "  collage inspect data/my-gpt2_text_document --samples 2 --seq-len 1024 --seed 1234");
-  cmd->add_option("prefix", o->prefix, "Dataset path without the .idx/.bin extension")->required();
+      "  collage inspect data/my-gpt2_text_document --samples 2 --seq-len 1024 --seed 1234\n"
+      "Or summarise BERT pretraining HDF5 data (a .hdf5/.h5 file or a directory of shards): "
+      "samples, each dataset's shape, dtype and storage, and one sample.\n"
+      "  collage inspect data/bert_seqlen128/wikicorpus_en_training_0.hdf5 \\\n"
+      "      --vocab-file data/assets/bert-uncased/vocab.txt --decode 5\n"
+      "  collage inspect data/bert_seqlen128 --check");
+  cmd->add_option("prefix", o->prefix,
+                  "Dataset path without the .idx/.bin extension; or a BERT pretraining .hdf5/.h5 "
+                  "file, or a directory of them")
+      ->required();
   cmd->add_option("--decode", o->decode,
-                  "Print document N decoded to text with the GPT-2 tokenizer (default: none)");
-  cmd->add_option("--vocab-file", o->vocab_file, "GPT-2 encoder.json, for --decode")
+                  "Print document N decoded to text with the GPT-2 tokenizer (default: none); "
+                  "BERT HDF5: print sample N, counted over the files in name order (default: 0)");
+  cmd->add_option("--vocab-file", o->vocab_file,
+                  "GPT-2 encoder.json, for --decode; BERT HDF5: a BERT vocab.txt (one token per "
+                  "line), to print the sample's tokens and check ids against its size (default "
+                  "for BERT: none, ids only)")
       ->capture_default_str();
   cmd->add_option("--merges-file", o->merges_file, "GPT-2 vocab.bpe, for --decode")
       ->capture_default_str();
@@ -175,8 +291,21 @@ void add_inspect_command(CLI::App& root) {
                   "Samples the dataset is built for (training: max_steps * global_batch_size); "
                   "it decides the number of epochs and so the order (default: --samples)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--check", o->check,
+                "BERT HDF5: read every sample and check its values (ids, 0/1 masks and labels, "
+                "positions < seq_len); reads all the data");
 
   cmd->callback([o, cmd] {
+    if (is_bert_path(o->prefix)) {
+      for (const char* gpt_only : {"--merges-file", "--samples", "--seq-len", "--seed", "--split",
+                                   "--split-name", "--num-samples"})
+        if (cmd->count(gpt_only) > 0)
+          fail("{} applies to Megatron .idx/.bin datasets, not to BERT HDF5 ({})", gpt_only,
+               o->prefix);
+      inspect_bert(*o, cmd->count("--decode") > 0, cmd->count("--vocab-file") > 0);
+      return;
+    }
+    if (o->check) fail("--check applies to BERT HDF5 files and directories, not to {}", o->prefix);
     auto ds = std::make_shared<const IndexedDataset>(o->prefix);
     print_summary(*ds);
     if (cmd->count("--decode") > 0) print_document(*ds, *o);

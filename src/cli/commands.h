@@ -11,6 +11,7 @@ void add_prepare_gpt_command(CLI::App& root);
 void add_inspect_command(CLI::App& root);
 void add_bench_command(CLI::App& root);
 void add_plan_command(CLI::App& root);
+void add_tokenize_command(CLI::App& root);
 
 int run_cli(int argc, char** argv);
 
