@@ -23,6 +23,7 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   add_train_command(app);
   add_prepare_gpt_command(app);
+  add_prepare_bert_command(app);
   add_inspect_command(app);
   add_bench_command(app);
   add_plan_command(app);

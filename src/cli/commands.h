@@ -8,6 +8,7 @@ namespace collage {
 
 void add_train_command(CLI::App& root);
 void add_prepare_gpt_command(CLI::App& root);
+void add_prepare_bert_command(CLI::App& root);
 void add_inspect_command(CLI::App& root);
 void add_bench_command(CLI::App& root);
 void add_plan_command(CLI::App& root);

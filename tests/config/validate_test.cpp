@@ -68,7 +68,7 @@ TEST(ConfigValidate, RejectsOutOfRangeValues) {
 
 TEST(ConfigValidate, RejectsUnknownEnumValues) {
   expect_rejections({
-      {"model", "arch: llama", "model.arch: expected one of gpt, got 'llama'"},
+      {"model", "arch: llama", "model.arch: expected one of gpt|bert|roberta, got 'llama'"},
       {"model", "position_embedding: alibi",
        "model.position_embedding: expected one of learned|rope, got 'alibi'"},
       {"optimizer", "schedule: step",
