@@ -9,18 +9,12 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/splitmix64.h"
 #include "data/numpy_random.h"
 
 namespace collage {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // numpy's RandomState(seed).permutation(n).
 template <typename T>

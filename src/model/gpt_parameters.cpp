@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/gpt.h"
+#include "model/host_values.h"
 #include "model/weight_init.h"
 
 namespace collage {
@@ -169,24 +170,12 @@ void GptT<Storage>::init_weights(uint64_t seed) {
 
 template <typename Storage>
 void GptT<Storage>::load_parameters(const float* host_values) {
-  std::vector<Storage> staged(static_cast<size_t>(num_parameters_));
-  if constexpr (std::is_same_v<Storage, bf16>) {
-    float_to_bf16_array(host_values, staged.data(), num_parameters_);
-  } else {
-    std::copy(host_values, host_values + num_parameters_, staged.begin());
-  }
-  backend_.copy_to_device(params_, staged.data(), staged.size() * sizeof(Storage));
+  upload_values(backend_, params_, host_values, num_parameters_);
 }
 
 template <typename Storage>
 void GptT<Storage>::save_parameters(float* host_values) const {
-  std::vector<Storage> staged(static_cast<size_t>(num_parameters_));
-  backend_.copy_to_host(staged.data(), params_, staged.size() * sizeof(Storage));
-  if constexpr (std::is_same_v<Storage, bf16>) {
-    bf16_to_float_array(staged.data(), host_values, num_parameters_);
-  } else {
-    std::copy(staged.begin(), staged.end(), host_values);
-  }
+  download_values(backend_, host_values, params_, num_parameters_);
 }
 
 template <typename Storage>

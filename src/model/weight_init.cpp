@@ -6,19 +6,12 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/splitmix64.h"
 #include "model/tensor_shards.h"
 
 namespace collage {
 
 namespace {
-
-// splitmix64's finaliser: a bijective 64-bit mix (Steele et al. 2014).
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in (0, 1]: 53 random bits, never 0 (the log below needs u > 0).
 double uniform_open_zero(std::mt19937_64& rng) {
@@ -28,7 +21,7 @@ double uniform_open_zero(std::mt19937_64& rng) {
 }  // namespace
 
 uint64_t tensor_seed(uint64_t seed, uint64_t tensor_index) {
-  return mix64(mix64(seed) ^ (tensor_index + 1));
+  return splitmix64(splitmix64(seed) ^ (tensor_index + 1));
 }
 
 std::vector<float> normal_bf16_values(uint64_t stream_seed, int64_t n, double std) {

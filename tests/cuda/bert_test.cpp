@@ -16,6 +16,7 @@
 
 #include "../model/fixture_reader.h"
 #include "backend/backend.h"
+#include "model/host_values.h"
 
 namespace collage {
 namespace {
@@ -66,10 +67,7 @@ EncoderRun run(Backend& backend, const std::string& arch, std::vector<ParameterI
   r.loss = model.forward(batch, B, /*dropout=*/true, /*dropout_seed=*/77, /*dropout_index=*/5);
   model.backward(float(1.0 / double(r.loss.mlm_count)),
                  r.loss.nsp_count ? float(1.0 / double(r.loss.nsp_count)) : 0.0f);
-  std::vector<bf16> staged(static_cast<size_t>(model.num_parameters()));
-  backend.copy_to_host(staged.data(), model.gradient_memory(), staged.size() * sizeof(bf16));
-  r.grads.resize(staged.size());
-  bf16_to_float_array(staged.data(), r.grads.data(), model.num_parameters());
+  r.grads = download_values(backend, model.gradient_memory(), model.num_parameters());
   *table = model.parameters();
   return r;
 }

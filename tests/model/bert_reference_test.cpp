@@ -17,12 +17,14 @@
 #include "backend/backend.h"
 #include "fixture_reader.h"
 #include "model/bert.h"
+#include "model/host_values.h"
 
 namespace collage {
 namespace {
 
 using test::entry;
 using test::Fixture;
+using test::relative_error;
 
 struct Tolerances {
   double loss, logits, grad;
@@ -68,30 +70,6 @@ Case case_from(const Fixture& f, const std::string& arch) {
   return k;
 }
 
-double relative_error(const std::vector<float>& got, const float* want, int64_t n) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-template <typename Storage>
-std::vector<float> to_host(BackendT<Storage>& backend, const Storage* device, int64_t n) {
-  std::vector<Storage> staged(static_cast<size_t>(n));
-  backend.copy_to_host(staged.data(), device, staged.size() * sizeof(Storage));
-  std::vector<float> host(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<Storage, bf16>) {
-      host[i] = bf16_to_float(staged[i]);
-    } else {
-      host[i] = staged[i];
-    }
-  }
-  return host;
-}
-
 template <typename Storage>
 void check_against_fixture(BackendT<Storage>& backend, const std::string& arch,
                            const Tolerances& tol) {
@@ -123,11 +101,10 @@ void check_against_fixture(BackendT<Storage>& backend, const std::string& arch,
   model.backward(float(1.0 / double(loss.mlm_count)),
                  loss.nsp_count ? float(1.0 / double(loss.nsp_count)) : 0.0f);
   const std::vector<float> grads =
-      to_host(backend, model.gradient_memory(), model.num_parameters());
+      download_values(backend, model.gradient_memory(), model.num_parameters());
   for (const ParameterInfo& p : model.parameters()) {
     const test::FixtureTensor& want = entry(f, "grad." + p.name);
-    std::vector<float> got(grads.begin() + p.offset, grads.begin() + p.offset + p.numel);
-    const double error = relative_error(got, want.data.data(), p.numel);
+    const double error = relative_error(grads.data() + p.offset, want.data.data(), p.numel);
     EXPECT_LT(error, tol.grad) << p.name << ": relative gradient error " << error;
   }
 }

@@ -2,6 +2,8 @@
 // Reader for the fixtures of scripts/reference/gpt_reference.py (format in its --help):
 // magic "CLGFIX01", uint32 count, then per entry: uint32 name length, name, uint32 ndim,
 // int64 dims, float32 data. Little-endian, as the machines we run on.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -51,6 +53,16 @@ inline Fixture read_fixture(const std::string& path) {
     fixture[name] = std::move(tensor);
   }
   return fixture;
+}
+
+// ‖got − want‖ / ‖want‖ over n values, in double: how the reference tests measure errors.
+inline double relative_error(const float* got, const float* want, int64_t n) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 inline const FixtureTensor& entry(const Fixture& fixture, const std::string& name) {

@@ -22,12 +22,14 @@
 #include "backend/backend.h"
 #include "fixture_reader.h"
 #include "model/gpt.h"
+#include "model/host_values.h"
 
 namespace collage {
 namespace {
 
 using test::entry;
 using test::Fixture;
+using test::relative_error;
 
 struct Tolerances {
   double loss;    // |loss − ref| / ref
@@ -51,30 +53,6 @@ ModelConfig config_from(const Fixture& fixture, int* B, int* T) {
   config.rope_base = c[10];
   config.layernorm_eps = c[11];
   return config;
-}
-
-double relative_error(const float* got, const float* want, int64_t n) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-template <typename Storage>
-std::vector<float> to_host(BackendT<Storage>& backend, const Storage* device, int64_t n) {
-  std::vector<Storage> staged(static_cast<size_t>(n));
-  backend.copy_to_host(staged.data(), device, staged.size() * sizeof(Storage));
-  std::vector<float> host(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<Storage, bf16>) {
-      host[i] = bf16_to_float(staged[i]);
-    } else {
-      host[i] = staged[i];
-    }
-  }
-  return host;
 }
 
 // Loads the fixture's weights, runs one forward and `backward_passes` backward passes with
@@ -112,13 +90,14 @@ void check_against_fixture(const std::string& variant, BackendT<Storage>& backen
   const double mean_loss = loss.sum / loss.count, want_loss = entry(fixture, "loss").data[0];
   EXPECT_NEAR(mean_loss, want_loss, tol.loss * want_loss) << variant;
 
-  std::vector<float> logits = to_host(backend, model.logits(), int64_t{B} * T * Vp);
+  std::vector<float> logits = download_values(backend, model.logits(), int64_t{B} * T * Vp);
   EXPECT_LE(relative_error(logits.data(), entry(fixture, "logits").data.data(), logits.size()),
             tol.logits)
       << variant << " logits";
 
   for (int pass = 0; pass < backward_passes; ++pass) model.backward(1.0f / loss.count);
-  std::vector<float> grads = to_host(backend, model.gradient_memory(), model.num_parameters());
+  std::vector<float> grads =
+      download_values(backend, model.gradient_memory(), model.num_parameters());
   double worst = 0;
   std::string worst_name;
   for (const ParameterInfo& info : model.parameters()) {
