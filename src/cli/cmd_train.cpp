@@ -12,6 +12,7 @@ void add_train_command(CLI::App& root) {
     std::string config_path;
     std::vector<std::string> overrides;
     std::string resume;
+    std::string init_from;
     bool convert_precision = false;
   };
   auto options = std::make_shared<Options>();
@@ -40,6 +41,12 @@ void add_train_command(CLI::App& root) {
                                  "Continue from a checkpoint: 'latest' (newest valid checkpoint in "
                                  "checkpoint.dir) or a path to a .ckpt file. Default: start fresh")
                      ->expected(0, 1);
+  cmd->add_option("--init-from", options->init_from,
+                  "Start a new run from a checkpoint's weights (a .ckpt file, a set's manifest, or "
+                  "a checkpoint directory for its latest), at any parallel layout, with a fresh "
+                  "optimizer state, learning-rate schedule and data position: e.g. BERT's phase "
+                  "2 from phase 1")
+      ->excludes(resume);
   cmd->add_flag("--convert-precision", options->convert_precision,
                 "With --resume: accept a checkpoint of another optimizer.precision and convert "
                 "its optimizer state to the config's (e.g. fp32-master -> collage-plus keeps the "
@@ -51,6 +58,7 @@ void add_train_command(CLI::App& root) {
     TrainOptions train_options;
     train_options.resume = options->resume;
     train_options.convert_precision = options->convert_precision;
+    train_options.init_from = options->init_from;
     TrainResult result = train(config, train_options);
     spdlog::info(
         "done: step {}, loss {:.4f}{}", result.last_step, result.last_loss,

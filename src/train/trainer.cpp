@@ -264,6 +264,15 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
                                     ParallelLayout{layout.tp, layout.tp_rank}, &parallel.tp(),
                                     zero_memory_multiple(layout.dp, layout.zero));
   run.model->init_weights(tc.seed);
+  if (!options.init_from.empty()) {
+    COLLAGE_CHECK(options.resume.empty(),
+                  "--init-from {} and --resume {}: a run either continues a checkpoint or starts "
+                  "from its weights, not both",
+                  options.init_from, options.resume);
+    load_checkpoint_weights(resolve_resume(options.init_from, checkpoint_dir(config)), config,
+                            *run.backend, *run.model);
+  }
+  // After the weights: fp32-master's master copy starts as them.
   run.optimizer = make_optimizer(config, *run.backend, *run.model, layout);
   // What this rank allocated, read from the arenas themselves.
   const MemoryReport memory = measure_memory(*run.model, *run.optimizer, layout.dp, layout.zero);

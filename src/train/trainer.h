@@ -14,6 +14,9 @@ struct TrainOptions {
   // Resume a checkpoint of another optimizer.precision by converting its state
   // (precision_conversion.h); without it such a resume is refused.
   bool convert_precision = false;
+  // A checkpoint (file, set manifest or directory = its latest) whose weights start this run;
+  // optimizer state, schedule and data position start fresh. Excludes `resume`.
+  std::string init_from;
 };
 
 struct TrainResult {

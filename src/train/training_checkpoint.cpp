@@ -222,19 +222,79 @@ std::vector<uint8_t> with_rows(std::vector<uint8_t> tensor, int64_t rows, int64_
   return tensor;
 }
 
+// A checkpoint (single file or set) read whole: its strategy, layout and every tensor.
+struct SavedRun {
+  Checkpoint top;  // the file or the set's manifest
+  std::string precision_name;
+  Precision precision = Precision::fp32_master;
+  int tp = 1, dp = 1;
+  WholeTensors whole;
+};
+
+SavedRun read_saved_run(const std::string& path, const ModelConfig& model) {
+  SavedRun run;
+  run.top = load_checkpoint(path);
+  run.precision_name = run.top.meta.value("precision", "");
+  try {
+    run.precision = parse_precision(run.precision_name);
+  } catch (const Error& e) {
+    fail("{}: checkpoint metadata: {}", path, e.what());
+  }
+  if (run.top.meta.contains("layout")) {
+    run.tp = run.top.meta.at("layout").at("tensor_parallel").get<int>();
+    run.dp = run.top.meta.at("layout").at("data_parallel").get<int>();
+  }
+  run.whole = assemble(load_parts(run.top), path, model, run.tp, run.precision);
+  return run;
+}
+
+// This rank's shard of every saved tensor, in the model's parameter memory order: the weights,
+// and (with_state) each optimizer state component of the saved strategy.
+HostTrainingState cut_for_model(const SavedRun& run, const ModelConfig& config, const GPT& model,
+                                bool with_state) {
+  const ParallelLayout layout = model.layout();
+  std::map<std::string, int64_t> saved_rows;
+  for (const ParameterInfo& info : gpt_parameter_table(config, run.tp))
+    saved_rows[info.name] = info.full_shape[0];
+  const int64_t n = model.num_parameters();
+  HostTrainingState state{run.precision, std::vector<bf16>(n), {}};
+  const std::vector<StateComponent> components =
+      with_state ? Optimizer::components(run.precision) : std::vector<StateComponent>{};
+  for (const StateComponent& c : components) state.state[c.name].resize(n * c.element_bytes);
+  for (const ParameterInfo& info : model.parameters()) {
+    const int64_t rows = saved_rows.at(info.name), wanted_rows = info.full_shape[0];
+    copy_shard_out_of(with_rows(run.whole.params.at(info.name), rows, wanted_rows).data(),
+                      state.params.data() + info.offset, info, layout, 2);
+    for (const StateComponent& c : components)
+      copy_shard_out_of(
+          with_rows(run.whole.state.at(c.name).at(info.name), rows, wanted_rows).data(),
+          state.state[c.name].data() + info.offset * c.element_bytes, info, layout,
+          c.element_bytes);
+  }
+  return state;
+}
+
 }  // namespace
+
+void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
+                             GPT& model) {
+  const SavedRun run = read_saved_run(path, config.model);
+  const HostTrainingState state = cut_for_model(run, config.model, model, /*with_state=*/false);
+  backend.copy_to_device(model.parameter_memory(), state.params.data(),
+                         state.params.size() * sizeof(bf16));
+  spdlog::info(
+      "initialised the weights from {} (step {}); optimizer state and schedule start "
+      "fresh",
+      path, run.top.meta.value("step", int64_t{0}));
+}
 
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
                                              Backend& backend, GPT& model, Optimizer& optimizer,
                                              bool convert_precision) {
-  const Checkpoint top = load_checkpoint(path);
-  const std::string saved_name = top.meta.value("precision", "");
-  Precision saved;
-  try {
-    saved = parse_precision(saved_name);
-  } catch (const Error& e) {
-    fail("{}: checkpoint metadata: {}", path, e.what());
-  }
+  const SavedRun run = read_saved_run(path, config.model);
+  const Checkpoint& top = run.top;
+  const std::string& saved_name = run.precision_name;
+  const Precision saved = run.precision;
   const Precision wanted = optimizer.precision();
   if (saved != wanted) {
     COLLAGE_CHECK(convert_precision,
@@ -245,31 +305,10 @@ TrainingProgress restore_training_checkpoint(const std::string& path, const Conf
                   path, saved_name, precision_name(wanted), saved_name, saved_name,
                   precision_name(wanted));
   }
-  int saved_tp = 1, saved_dp = 1;
-  if (top.meta.contains("layout")) {
-    saved_tp = top.meta.at("layout").at("tensor_parallel").get<int>();
-    saved_dp = top.meta.at("layout").at("data_parallel").get<int>();
-  }
-  const WholeTensors whole = assemble(load_parts(top), path, config.model, saved_tp, saved);
-
-  // Cut this rank's shard of every tensor, in its parameter memory order.
+  const int saved_tp = run.tp, saved_dp = run.dp;
   const ParallelLayout layout = model.layout();
-  const std::vector<ParameterInfo> saved_table = gpt_parameter_table(config.model, saved_tp);
-  std::map<std::string, int64_t> saved_rows;
-  for (const ParameterInfo& info : saved_table) saved_rows[info.name] = info.full_shape[0];
   const int64_t n = model.num_parameters();
-  HostTrainingState state{saved, std::vector<bf16>(n), {}};
-  for (const StateComponent& c : Optimizer::components(saved))
-    state.state[c.name].resize(n * c.element_bytes);
-  for (const ParameterInfo& info : model.parameters()) {
-    const int64_t rows = saved_rows.at(info.name), wanted_rows = info.full_shape[0];
-    copy_shard_out_of(with_rows(whole.params.at(info.name), rows, wanted_rows).data(),
-                      state.params.data() + info.offset, info, layout, 2);
-    for (const StateComponent& c : Optimizer::components(saved))
-      copy_shard_out_of(with_rows(whole.state.at(c.name).at(info.name), rows, wanted_rows).data(),
-                        state.state[c.name].data() + info.offset * c.element_bytes, info, layout,
-                        c.element_bytes);
-  }
+  HostTrainingState state = cut_for_model(run, config.model, model, /*with_state=*/true);
   if (saved != wanted) {
     state = convert_training_state(state, wanted);
     spdlog::info("converted the optimizer state of {} from {} to {}", path, saved_name,

@@ -46,6 +46,12 @@ Checkpoint make_training_checkpoint(const Config& config, Backend& backend, cons
 std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
                                 const RankLayout& layout, Comm& world, int keep);
 
+// Only the weights of `path` (any layout) into the model: `collage train --init-from`, a new
+// run from another's weights with a fresh optimizer state, schedule and data position (BERT's
+// phase 2 starts from phase 1 this way). Construct the optimizer after it.
+void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
+                             GPT& model);
+
 // Loads `path` (a single checkpoint or a set's manifest, saved at any layout) into the model
 // and optimizer (already constructed from `config` for this rank) and returns the progress it
 // records. A checkpoint of another optimizer.precision is refused, naming both strategies and

@@ -151,6 +151,30 @@ TEST_F(TrainerTest, MissingDatasetIsAClearError) {
   }
 }
 
+// --init-from: a new run starts from another's weights (here under another strategy, which
+// needs no conversion: no optimizer state is taken) with a fresh schedule and data position.
+TEST_F(TrainerTest, InitFromStartsFreshFromTheWeights) {
+  train(tiny_config("first"), {});  // fp32-master, 6 steps, validation at steps 3 and 6
+  TrainOptions options;
+  options.init_from = (dir_ / "first" / "checkpoints").string();  // its latest: step 6
+  train(tiny_config("second", {"optimizer.precision=collage-plus"}), options);
+  auto first = metrics("first"), second = metrics("second");
+  ASSERT_EQ(second.size(), 7u);
+  // The same weights on the same validation batches: the same validation loss, bit for bit.
+  EXPECT_EQ(second[0]["val_loss"].get<double>(), first[6]["val_loss"].get<double>());
+  EXPECT_EQ(second[0]["precision"], "collage-plus");
+  // Fresh schedule and data: step 1 has step 1's learning rate and reads the first samples.
+  EXPECT_EQ(second[1]["lr"].get<double>(), first[1]["lr"].get<double>());
+  EXPECT_EQ(second[1]["consumed_samples"], first[1]["consumed_samples"]);
+  // On the same first batch, the trained weights do better than the fresh ones (measured 3.78
+  // against 4.15 after the first run's 6 steps).
+  EXPECT_LT(second[1]["loss"].get<double>(), first[1]["loss"].get<double>() - 0.2)
+      << "the second run did not start from the trained weights";
+  // --init-from and --resume exclude each other.
+  options.resume = "latest";
+  EXPECT_THROW(train(tiny_config("third"), options), Error);
+}
+
 // One process cannot be two tensor-parallel ranks: refused naming the key and the launch,
 // rather than silently trained at tensor-parallel 1.
 TEST_F(TrainerTest, TensorParallelWithoutEnoughRanksIsRefused) {
