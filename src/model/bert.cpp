@@ -285,7 +285,7 @@ void BertT<Storage>::dropout_backward(Storage* dinp, const Storage* dout, int64_
 }
 
 template <typename Storage>
-typename BertT<Storage>::Loss BertT<Storage>::forward(const BertBatch& batch, int B, bool dropout,
+typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, int B, bool dropout,
                                                       uint64_t dropout_seed,
                                                       uint64_t dropout_index) {
   COLLAGE_CHECK(B >= 1 && B <= micro_batch_, "BERT forward: batch {} outside [1, {}]", B,

@@ -45,7 +45,7 @@ namespace collage {
 std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config);
 
 // One micro-batch as the HDF5 files hold it, on the host, row-major.
-struct BertBatch {
+struct BertInputs {
   const int32_t* input_ids = nullptr;             // (B, T)
   const int32_t* input_mask = nullptr;            // (B, T) 1 real token, 0 padding
   const int32_t* segment_ids = nullptr;           // (B, T) token types (RoBERTa: all 0)
@@ -88,7 +88,7 @@ class BertT {
   // One micro-batch. dropout: whether to drop (training) and the key of this micro-batch's
   // masks; its masks depend on (dropout_seed, dropout_index) only, so give each micro-batch a
   // distinct index (the trainer: its first sample's index).
-  Loss forward(const BertBatch& batch, int B, bool dropout, uint64_t dropout_seed = 0,
+  Loss forward(const BertInputs& batch, int B, bool dropout, uint64_t dropout_seed = 0,
                uint64_t dropout_index = 0);
   // Accumulates the gradient of dloss_mlm · Σ MLM token losses + dloss_nsp · Σ NSP losses of the
   // last forward into gradient_memory().

@@ -61,7 +61,7 @@ EncoderRun run(Backend& backend, const std::string& arch, std::vector<ParameterI
   }
   model.load_parameters(host.data());
   model.zero_gradients();
-  const BertBatch batch{ids.data(),       mask.data(),   segments.data(),
+  const BertInputs batch{ids.data(),       mask.data(),   segments.data(),
                         positions.data(), labels.data(), nsp.empty() ? nullptr : nsp.data()};
   EncoderRun r;
   r.loss = model.forward(batch, B, /*dropout=*/true, /*dropout_seed=*/77, /*dropout_index=*/5);

@@ -34,7 +34,7 @@ struct Case {
   ModelConfig config;
   int B, T, P;
   std::vector<int32_t> ids, mask, segments, positions, labels, nsp;
-  BertBatch batch() const {
+  BertInputs batch() const {
     return {ids.data(),       mask.data(),   segments.data(),
             positions.data(), labels.data(), nsp.empty() ? nullptr : nsp.data()};
   }
