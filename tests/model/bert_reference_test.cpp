@@ -11,8 +11,10 @@
 // GPT's: losses 5e-3, logits 2e-2, gradients 5e-2 (measured values in the failure messages).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "backend/backend.h"
 #include "fixture_reader.h"
@@ -106,6 +108,47 @@ void check_against_fixture(BackendT<Storage>& backend, const std::string& arch,
     const test::FixtureTensor& want = entry(f, "grad." + p.name);
     const double error = relative_error(grads.data() + p.offset, want.data.data(), p.numel);
     EXPECT_LT(error, tol.grad) << p.name << ": relative gradient error " << error;
+  }
+}
+
+// Accuracy as evaluation reports it: the argmax over the real vocabulary against the labels.
+// Labels do not change the logits, so a batch whose labels are the reference logits' argmax in
+// every other labelled row must score exactly those rows (plus any the random labels hit).
+TEST(BertReference, AccuracyCountsTheArgmax) {
+  auto backend = make_cpu_backend_fp32(2);
+  for (const std::string arch : {"bert", "roberta"}) {
+    SCOPED_TRACE(arch);
+    const Fixture f = test::read_fixture(std::string(COLLAGE_SOURCE_DIR) + "/tests/fixtures/" +
+                                         arch + "_encoder.bin");
+    Case k = case_from(f, arch);
+    const test::FixtureTensor& logits = entry(f, "out.mlm_logits");
+    const int64_t Vp = logits.shape[1];
+    int64_t row = 0, expected = 0;
+    for (int b = 0; b < k.B; b++) {
+      for (int j = 0; j < k.P && k.positions[b * k.P + j] != 0; j++, row++) {
+        const float* x = logits.data.data() + row * Vp;
+        const int32_t best = int32_t(std::max_element(x, x + k.config.vocab_size) - x);
+        if (row % 2 == 0) k.labels[b * k.P + j] = best;
+        expected += k.labels[b * k.P + j] == best;
+      }
+    }
+    ASSERT_GT(expected, 2);
+    int64_t nsp_expected = 0;
+    if (arch == "bert") {
+      const std::vector<float>& nsp = entry(f, "out.nsp_logits").data;
+      for (int b = 0; b < k.B; b++)
+        nsp_expected += (nsp[2 * b + 1] > nsp[2 * b]) == (k.nsp[b] == 1);
+    }
+    BertT<float> model(k.config, *backend, k.B, k.T, k.P);
+    std::vector<float> host(size_t(model.num_parameters()));
+    for (const ParameterInfo& p : model.parameters()) {
+      const test::FixtureTensor& t = entry(f, "param." + p.name);
+      std::copy(t.data.begin(), t.data.end(), host.begin() + p.offset);
+    }
+    model.load_parameters(host.data());
+    model.forward(k.batch(), k.B, /*dropout=*/false);
+    EXPECT_EQ(model.mlm_correct(), expected);
+    EXPECT_EQ(model.nsp_correct(), nsp_expected);
   }
 }
 
