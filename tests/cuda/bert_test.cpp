@@ -62,7 +62,7 @@ EncoderRun run(Backend& backend, const std::string& arch, std::vector<ParameterI
   model.load_parameters(host.data());
   model.zero_gradients();
   const BertInputs batch{ids.data(),       mask.data(),   segments.data(),
-                        positions.data(), labels.data(), nsp.empty() ? nullptr : nsp.data()};
+                         positions.data(), labels.data(), nsp.empty() ? nullptr : nsp.data()};
   EncoderRun r;
   r.loss = model.forward(batch, B, /*dropout=*/true, /*dropout_seed=*/77, /*dropout_index=*/5);
   model.backward(float(1.0 / double(r.loss.mlm_count)),
