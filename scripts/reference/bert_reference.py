@@ -28,19 +28,14 @@ import struct
 
 import torch
 
+# The fixture format and bf16 rounding are the GPT reference's (same folder).
+from gpt_reference import padded_vocab, to_bf16_values, write_fixture
+
 CONFIG = dict(n_layer=2, hidden=32, n_head=4, ffn=64, vocab=200, batch=3, seq=16, predictions=4)
 VARIANTS = {
     "bert": dict(type_vocab=2, max_pos=16, eps=1e-12, pad_id=0, nsp=True),
     "roberta": dict(type_vocab=1, max_pos=18, eps=1e-5, pad_id=1, nsp=False),
 }
-
-
-def padded_vocab(vocab, multiple=128):
-    return (vocab + multiple - 1) // multiple * multiple
-
-
-def to_bf16_values(x):
-    return x.to(torch.float32).to(torch.bfloat16).to(torch.float64)
 
 
 def make_parameters(gen, v):
@@ -173,19 +168,6 @@ def make_batch(gen, v):
     nsp = torch.tensor([0, 1, 1])
     return dict(input_ids=ids, input_mask=mask, segment_ids=segments, masked_lm_positions=positions,
                 masked_lm_ids=labels, next_sentence_labels=nsp)
-
-
-def write_fixture(path, entries):
-    with open(path, "wb") as f:
-        f.write(b"CLGFIX01")
-        f.write(struct.pack("<I", len(entries)))
-        for name, tensor in entries:
-            data = tensor.detach().to(torch.float32).contiguous()
-            encoded = name.encode()
-            f.write(struct.pack("<I", len(encoded)) + encoded)
-            f.write(struct.pack("<I", data.dim()))
-            f.write(struct.pack(f"<{data.dim()}q", *data.shape))
-            f.write(data.numpy().astype("<f4").tobytes())
 
 
 def make_variant(name, seed, out_dir):

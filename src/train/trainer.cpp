@@ -118,8 +118,8 @@ struct Run {
   }
 
   // Σ g² over every parameter of the model once: this rank's update region, the replicated
-  // tensors counted by TP rank 0 only, reduced over the TP group (and the DP group when the
-  // gradients are sharded).
+  // tensors counted by TP rank 0 only, reduced over the TP group (over every rank when the
+  // gradients are sharded over DP too: one collective either way).
   double gradient_norm() {
     const ParameterRegion region = update_region();
     const ParameterRegion replicated = model->replicated_region();
@@ -132,8 +132,7 @@ struct Run {
     double sum = sum_squares(0, sharded_end);
     if (layout.tp_rank == 0 && replicated.size() > 0)
       sum += sum_squares(replicated.begin, replicated.end);
-    parallel.host_tp().all_reduce_sum(&sum, 1);
-    if (layout.zero) parallel.host_dp().all_reduce_sum(&sum, 1);
+    (layout.zero ? parallel.host_world() : parallel.host_tp()).all_reduce_sum(&sum, 1);
     return std::sqrt(sum);
   }
 

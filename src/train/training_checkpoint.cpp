@@ -149,16 +149,19 @@ std::vector<SavedPart> load_parts(const Checkpoint& top) {
   return parts;
 }
 
-// Puts the saved parts (tensor-parallel size saved_tp) back into whole tensors.
+// Puts the saved parts (tensor-parallel size saved_tp) back into whole tensors: the weights,
+// and with_state every optimizer state component of `precision`.
 WholeTensors assemble(const std::vector<SavedPart>& parts, const std::string& path,
-                      const ModelConfig& model, int saved_tp, Precision precision) {
+                      const ModelConfig& model, int saved_tp, Precision precision,
+                      bool with_state) {
   const std::vector<ParameterInfo> table = gpt_parameter_table(model, saved_tp);
   int64_t rank_elements = 0;  // each tensor-parallel rank's parameter memory
   for (const ParameterInfo& info : table) rank_elements += info.numel;
   WholeTensors whole;
   for (const ParameterInfo& info : table)
     whole.params[info.name].resize(numel_of(info.full_shape) * 2);
-  const std::vector<StateComponent> components = Optimizer::components(precision);
+  const std::vector<StateComponent> components =
+      with_state ? Optimizer::components(precision) : std::vector<StateComponent>{};
   for (const StateComponent& c : components)
     for (const ParameterInfo& info : table)
       whole.state[c.name][info.name].resize(numel_of(info.full_shape) * c.element_bytes);
@@ -200,7 +203,7 @@ WholeTensors assemble(const std::vector<SavedPart>& parts, const std::string& pa
       }
       covered += count;
     }
-    COLLAGE_CHECK(have_weights && covered == rank_elements,
+    COLLAGE_CHECK(have_weights && (!with_state || covered == rank_elements),
                   "{}: the checkpoint lacks {} of tensor-parallel rank {} of {} (a shard is "
                   "missing)",
                   path, have_weights ? "optimizer state" : "the weights", r, saved_tp);
@@ -212,14 +215,16 @@ WholeTensors assemble(const std::vector<SavedPart>& parts, const std::string& pa
   return whole;
 }
 
-// A whole tensor of `rows` rows brought to `wanted_rows` (the padded vocabulary grows with the
-// tensor-parallel size): rows cut off or zero rows added at the end. Padding rows are zero in
-// the weights and every state component, so nothing is lost.
-std::vector<uint8_t> with_rows(std::vector<uint8_t> tensor, int64_t rows, int64_t wanted_rows) {
-  if (rows == wanted_rows) return tensor;
-  const size_t row_bytes = tensor.size() / size_t(rows);
-  tensor.resize(row_bytes * size_t(wanted_rows), 0);
-  return tensor;
+// A whole tensor of `rows` rows read as one of `wanted_rows` rows (the padded vocabulary grows
+// with the tensor-parallel size). Fewer rows: its first rows, in place. More: zero rows added
+// at the end, in `scratch`. Padding rows are zero in the weights and every state component, so
+// nothing is lost either way.
+const uint8_t* with_rows(const std::vector<uint8_t>& tensor, int64_t rows, int64_t wanted_rows,
+                         std::vector<uint8_t>& scratch) {
+  if (wanted_rows <= rows) return tensor.data();
+  scratch.assign(tensor.size() / size_t(rows) * size_t(wanted_rows), 0);
+  std::copy(tensor.begin(), tensor.end(), scratch.begin());
+  return scratch.data();
 }
 
 // A checkpoint (single file or set) read whole: its strategy, layout and every tensor.
@@ -231,7 +236,7 @@ struct SavedRun {
   WholeTensors whole;
 };
 
-SavedRun read_saved_run(const std::string& path, const ModelConfig& model) {
+SavedRun read_saved_run(const std::string& path, const ModelConfig& model, bool with_state) {
   SavedRun run;
   run.top = load_checkpoint(path);
   run.precision_name = run.top.meta.value("precision", "");
@@ -244,7 +249,7 @@ SavedRun read_saved_run(const std::string& path, const ModelConfig& model) {
     run.tp = run.top.meta.at("layout").at("tensor_parallel").get<int>();
     run.dp = run.top.meta.at("layout").at("data_parallel").get<int>();
   }
-  run.whole = assemble(load_parts(run.top), path, model, run.tp, run.precision);
+  run.whole = assemble(load_parts(run.top), path, model, run.tp, run.precision, with_state);
   return run;
 }
 
@@ -261,13 +266,14 @@ HostTrainingState cut_for_model(const SavedRun& run, const ModelConfig& config, 
   const std::vector<StateComponent> components =
       with_state ? Optimizer::components(run.precision) : std::vector<StateComponent>{};
   for (const StateComponent& c : components) state.state[c.name].resize(n * c.element_bytes);
+  std::vector<uint8_t> scratch;
   for (const ParameterInfo& info : model.parameters()) {
     const int64_t rows = saved_rows.at(info.name), wanted_rows = info.full_shape[0];
-    copy_shard_out_of(with_rows(run.whole.params.at(info.name), rows, wanted_rows).data(),
+    copy_shard_out_of(with_rows(run.whole.params.at(info.name), rows, wanted_rows, scratch),
                       state.params.data() + info.offset, info, layout, 2);
     for (const StateComponent& c : components)
       copy_shard_out_of(
-          with_rows(run.whole.state.at(c.name).at(info.name), rows, wanted_rows).data(),
+          with_rows(run.whole.state.at(c.name).at(info.name), rows, wanted_rows, scratch),
           state.state[c.name].data() + info.offset * c.element_bytes, info, layout,
           c.element_bytes);
   }
@@ -278,7 +284,7 @@ HostTrainingState cut_for_model(const SavedRun& run, const ModelConfig& config, 
 
 void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
                              GPT& model) {
-  const SavedRun run = read_saved_run(path, config.model);
+  const SavedRun run = read_saved_run(path, config.model, /*with_state=*/false);
   const HostTrainingState state = cut_for_model(run, config.model, model, /*with_state=*/false);
   backend.copy_to_device(model.parameter_memory(), state.params.data(),
                          state.params.size() * sizeof(bf16));
@@ -291,7 +297,7 @@ void load_checkpoint_weights(const std::string& path, const Config& config, Back
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
                                              Backend& backend, GPT& model, Optimizer& optimizer,
                                              bool convert_precision) {
-  const SavedRun run = read_saved_run(path, config.model);
+  const SavedRun run = read_saved_run(path, config.model, /*with_state=*/true);
   const Checkpoint& top = run.top;
   const std::string& saved_name = run.precision_name;
   const Precision saved = run.precision;
