@@ -10,102 +10,16 @@
 #include <limits>
 #include <tuple>
 
-#include "backend_test_util.h"
-#include "philox_reference.h"
+#include "attention_reference.h"
 
 namespace collage::test {
 namespace {
 
-struct Case {
-  int B, T, NH, HS;
-  bool causal, masked;
-};
-const Case kCases[] = {{2, 5, 2, 6, true, false},
-                       {2, 5, 2, 6, false, true},
-                       {2, 9, 3, 4, true, true},
-                       {1, 70, 2, 4, true, true},  // two query blocks of the cpu kernel
-                       {1, 70, 1, 4, false, false}};
-
-size_t qkv_size(const Case& c) { return size_t(c.B) * c.T * 3 * c.NH * c.HS; }
-
-std::vector<int32_t> random_mask(Rng& rng, const Case& c) {
-  std::vector<int32_t> mask(size_t(c.B) * c.T, 1);
-  if (!c.masked) return mask;
-  for (int b = 0; b < c.B; b++) {
-    for (int t = 1; t < c.T; t++) mask[size_t(b) * c.T + t] = rng.integer(0, 3) != 0;
-  }
-  return mask;
-}
-
-struct Reference {
-  std::vector<double> out, lse, dqkv, dqkv_scale;  // dqkv_scale: Σ|terms| per gradient entry
-};
-
-// With P = softmax(S) (lse of the undropped scores), F_ij = 1/(1 - p) if kept else 0,
-// Z = P∘F: out = Z·v; dv = Zᵀ·dout, dZ = dout·vᵀ, dP = dZ∘F, dS = P∘(dP - rowsum(P∘dP)),
-// dq = scale·dS·k, dk = scale·dSᵀ·q.
-Reference reference(const Case& c, const std::vector<double>& qkv, const std::vector<int32_t>& mask,
-                    const std::vector<double>& dout, float p, uint64_t seed, uint64_t offset) {
-  const int C = c.NH * c.HS, T = c.T, HS = c.HS;
-  const double scale = 1.0 / std::sqrt(double(HS));
-  Reference r{std::vector<double>(size_t(c.B) * T * C), std::vector<double>(size_t(c.B) * c.NH * T),
-              std::vector<double>(qkv.size()), std::vector<double>(qkv.size())};
-  auto at = [&](int b, int t, int part, int h, int d) {
-    return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * HS + d;
-  };
-  for (int b = 0; b < c.B; b++) {
-    for (int h = 0; h < c.NH; h++) {
-      for (int i = 0; i < T; i++) {
-        std::vector<double> prob(T, 0.0), z(T, 0.0), f(T, 0.0), dp(T, 0.0);
-        std::vector<bool> visible(T);
-        double max_score = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < T; j++) {
-          const uint64_t element = offset + ((uint64_t(b) * c.NH + h) * T + i) * T + j;
-          f[j] = dropout_kept_reference(seed, element, p) ? 1.0 / (1.0 - p) : 0.0;
-          visible[j] = (!c.causal || j <= i) && mask[size_t(b) * T + j] != 0;
-          if (!visible[j]) continue;
-          double s = 0;
-          for (int d = 0; d < HS; d++) s += qkv[at(b, i, 0, h, d)] * qkv[at(b, j, 1, h, d)];
-          prob[j] = s * scale;
-          max_score = std::max(max_score, prob[j]);
-        }
-        double total = 0;
-        for (int j = 0; j < T; j++) total += visible[j] ? std::exp(prob[j] - max_score) : 0.0;
-        const double lse = max_score + std::log(total);
-        r.lse[(size_t(b) * c.NH + h) * T + i] = lse;
-        for (int j = 0; j < T; j++) {
-          prob[j] = visible[j] ? std::exp(prob[j] - lse) : 0.0;
-          z[j] = prob[j] * f[j];
-        }
-        const size_t o = (size_t(b) * T + i) * C + size_t(h) * HS;
-        for (int d = 0; d < HS; d++) {
-          for (int j = 0; j < T; j++) r.out[o + d] += z[j] * qkv[at(b, j, 2, h, d)];
-        }
-        double dot = 0, dot_scale = 0;
-        for (int j = 0; j < T; j++) {
-          double dz = 0;
-          for (int d = 0; d < HS; d++) dz += dout[o + d] * qkv[at(b, j, 2, h, d)];
-          dp[j] = dz * f[j];
-          dot += prob[j] * dp[j];
-          dot_scale += prob[j] * std::fabs(dp[j]);
-        }
-        for (int j = 0; j < T; j++) {
-          const double ds = prob[j] * (dp[j] - dot);
-          const double ds_scale = prob[j] * (std::fabs(dp[j]) + dot_scale);
-          for (int d = 0; d < HS; d++) {
-            r.dqkv[at(b, i, 0, h, d)] += scale * ds * qkv[at(b, j, 1, h, d)];
-            r.dqkv_scale[at(b, i, 0, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, j, 1, h, d)]);
-            r.dqkv[at(b, j, 1, h, d)] += scale * ds * qkv[at(b, i, 0, h, d)];
-            r.dqkv_scale[at(b, j, 1, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, i, 0, h, d)]);
-            r.dqkv[at(b, j, 2, h, d)] += z[j] * dout[o + d];
-            r.dqkv_scale[at(b, j, 2, h, d)] += z[j] * std::fabs(dout[o + d]);
-          }
-        }
-      }
-    }
-  }
-  return r;
-}
+const AttentionCase kCases[] = {{2, 5, 2, 6, true, false},
+                                {2, 5, 2, 6, false, true},
+                                {2, 9, 3, 4, true, true},
+                                {1, 70, 2, 4, true, true},  // two query blocks of the cpu kernel
+                                {1, 70, 1, 4, false, false}};
 
 template <typename S>
 class AttentionDropoutTest : public ::testing::Test {};
@@ -116,7 +30,7 @@ TYPED_TEST(AttentionDropoutTest, ForwardAndBackwardMatchFloat64) {
   auto backend = Storage<S>::make();
   Rng rng(1);
   const uint64_t seed = 0xabcdef0123ull;
-  for (const Case& c : kCases) {
+  for (const AttentionCase& c : kCases) {
     for (const float p : {0.2f, 0.6f}) {
       const uint64_t offset = uint64_t(rng.integer(0, 1 << 20));
       SCOPED_TRACE(::testing::Message() << "T=" << c.T << " causal=" << c.causal
@@ -158,7 +72,7 @@ TYPED_TEST(AttentionDropoutTest, ForwardAndBackwardMatchFloat64) {
 TEST(AttentionDropout, DropoutChangesTheOutputAndZeroIsThePlainOp) {
   auto backend = make_cpu_backend(kThreads);
   Rng rng(2);
-  const Case c{2, 33, 2, 8, true, true};
+  const AttentionCase c{2, 33, 2, 8, true, true};
   const int C = c.NH * c.HS;
   const auto qkv = random_values<bf16>(rng, qkv_size(c));
   const auto mask = random_mask(rng, c);
@@ -196,7 +110,7 @@ TEST(AttentionDropout, DropoutChangesTheOutputAndZeroIsThePlainOp) {
 TEST(AttentionDropoutGradient, MatchesFiniteDifferencesAtFp32) {
   auto backend = make_cpu_backend_fp32(kFdThreads);
   Rng rng(3);
-  const Case c{1, 6, 2, 4, true, true};
+  const AttentionCase c{1, 6, 2, 4, true, true};
   const float p = 0.4f;
   const uint64_t seed = 11, offset = 5;
   const int C = c.NH * c.HS;

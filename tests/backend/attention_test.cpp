@@ -2,98 +2,17 @@
 // queries that see no key, and finite differences.
 #include <limits>
 
-#include "backend_test_util.h"
+#include "attention_reference.h"
 
 namespace collage::test {
 namespace {
 
-struct Case {
-  int B, T, NH, HS;
-  bool causal, masked;
-};
 // Odd sizes in every combination of masks, and T = 70 for two query blocks of the kernel.
-const Case kCases[] = {{2, 5, 2, 6, true, false},
-                       {2, 5, 2, 6, false, true},
-                       {2, 5, 2, 6, true, true},
-                       {1, 70, 1, 4, true, true},
-                       {1, 70, 2, 4, false, false}};
-
-size_t qkv_size(const Case& c) { return size_t(c.B) * c.T * 3 * c.NH * c.HS; }
-
-// Key mask (B, T) with roughly one key in four hidden, never key 0 (so every causal query
-// sees something; SeesNothing covers the other case).
-std::vector<int32_t> random_mask(Rng& rng, const Case& c) {
-  std::vector<int32_t> mask(size_t(c.B) * c.T, 1);
-  if (!c.masked) return mask;
-  for (int b = 0; b < c.B; b++) {
-    for (int t = 1; t < c.T; t++) mask[size_t(b) * c.T + t] = rng.integer(0, 3) != 0;
-  }
-  return mask;
-}
-
-// Float64 attention forward (out, lse) and backward (the gradient alone, without dqkv's old
-// values).
-struct Reference {
-  std::vector<double> out, lse, dqkv, dqkv_scale;  // dqkv_scale: Σ|terms| per gradient entry
-};
-
-Reference reference(const Case& c, const std::vector<double>& qkv, const std::vector<int32_t>& mask,
-                    const std::vector<double>& dout) {
-  const int C = c.NH * c.HS, T = c.T, HS = c.HS;
-  const double scale = 1.0 / std::sqrt(double(HS));
-  Reference r{std::vector<double>(size_t(c.B) * T * C), std::vector<double>(size_t(c.B) * c.NH * T),
-              std::vector<double>(qkv.size()), std::vector<double>(qkv.size())};
-  auto at = [&](int b, int t, int part, int h, int d) {
-    return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * HS + d;
-  };
-  for (int b = 0; b < c.B; b++) {
-    for (int h = 0; h < c.NH; h++) {
-      for (int i = 0; i < T; i++) {
-        std::vector<double> p(T, 0.0), dp(T, 0.0);
-        std::vector<bool> visible(T);
-        double max_score = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < T; j++) {
-          visible[j] = (!c.causal || j <= i) && mask[size_t(b) * T + j] != 0;
-          if (!visible[j]) continue;
-          double s = 0;
-          for (int d = 0; d < HS; d++) s += qkv[at(b, i, 0, h, d)] * qkv[at(b, j, 1, h, d)];
-          p[j] = s * scale;
-          max_score = std::max(max_score, p[j]);
-        }
-        double total = 0;
-        for (int j = 0; j < T; j++) total += visible[j] ? std::exp(p[j] - max_score) : 0.0;
-        const double lse = max_score + std::log(total);
-        r.lse[(size_t(b) * c.NH + h) * T + i] = lse;
-        for (int j = 0; j < T; j++) p[j] = visible[j] ? std::exp(p[j] - lse) : 0.0;
-        const size_t o = (size_t(b) * T + i) * C + size_t(h) * HS;
-        for (int d = 0; d < HS; d++) {
-          for (int j = 0; j < T; j++) r.out[o + d] += p[j] * qkv[at(b, j, 2, h, d)];
-        }
-        // backward: dP = dout·vᵀ, dS = P∘(dP - Σ P∘dP), dq = scale·dS·k, dk = scale·dSᵀq, dv =
-        // Pᵀdout
-        double dot = 0, dot_scale = 0;
-        for (int j = 0; j < T; j++) {
-          for (int d = 0; d < HS; d++) dp[j] += dout[o + d] * qkv[at(b, j, 2, h, d)];
-          dot += p[j] * dp[j];
-          dot_scale += p[j] * std::fabs(dp[j]);
-        }
-        for (int j = 0; j < T; j++) {
-          const double ds = p[j] * (dp[j] - dot);
-          const double ds_scale = p[j] * (std::fabs(dp[j]) + dot_scale);  // before cancelling
-          for (int d = 0; d < HS; d++) {
-            r.dqkv[at(b, i, 0, h, d)] += scale * ds * qkv[at(b, j, 1, h, d)];
-            r.dqkv_scale[at(b, i, 0, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, j, 1, h, d)]);
-            r.dqkv[at(b, j, 1, h, d)] += scale * ds * qkv[at(b, i, 0, h, d)];
-            r.dqkv_scale[at(b, j, 1, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, i, 0, h, d)]);
-            r.dqkv[at(b, j, 2, h, d)] += p[j] * dout[o + d];
-            r.dqkv_scale[at(b, j, 2, h, d)] += p[j] * std::fabs(dout[o + d]);
-          }
-        }
-      }
-    }
-  }
-  return r;
-}
+const AttentionCase kCases[] = {{2, 5, 2, 6, true, false},
+                                {2, 5, 2, 6, false, true},
+                                {2, 5, 2, 6, true, true},
+                                {1, 70, 1, 4, true, true},
+                                {1, 70, 2, 4, false, false}};
 
 template <typename S>
 class AttentionTest : public ::testing::Test {};
@@ -103,7 +22,7 @@ TYPED_TEST(AttentionTest, ForwardAndBackwardMatchFloat64) {
   using S = TypeParam;
   auto backend = Storage<S>::make();
   Rng rng(1);
-  for (const Case& c : kCases) {
+  for (const AttentionCase& c : kCases) {
     SCOPED_TRACE(::testing::Message()
                  << "T=" << c.T << " causal=" << c.causal << " masked=" << c.masked);
     const int C = c.NH * c.HS;
