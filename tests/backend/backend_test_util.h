@@ -204,4 +204,24 @@ double weighted_sum(const std::vector<S>& out, const std::vector<double>& weight
   return s;
 }
 
+// The finite-difference check of an elementwise op on the fp32 backend: forward(out, inp, n)
+// and backward(dinp, inp, dout, n) accumulating dloss/dinp, for 40 inputs of scale 2.
+template <typename Forward, typename Backward>
+void expect_elementwise_gradient_matches_differences(Forward forward, Backward backward) {
+  auto backend = make_cpu_backend_fp32(kFdThreads);
+  Rng rng(3);
+  const int n = 40;
+  auto inp = random_values<float>(rng, n, 2.0);
+  const auto loss_weights = random_weights<float>(rng, n);
+  auto loss = [&](const std::vector<float>& x) {
+    DeviceBuffer<float, BackendT<float>> d_x(*backend, x), d_out(*backend, size_t(n));
+    forward(*backend, d_out.get(), d_x.get(), n);
+    return weighted_sum(d_out.download(), loss_weights);
+  };
+  DeviceBuffer<float, BackendT<float>> d_x(*backend, inp),
+      d_dout(*backend, from_double<float>(loss_weights)), dx(*backend, size_t(n));
+  backward(*backend, dx.get(), d_x.get(), d_dout.get(), n);
+  expect_gradient_matches_differences(loss, inp, to_double(dx.download()), "dinp");
+}
+
 }  // namespace collage::test

@@ -77,20 +77,13 @@ TYPED_TEST(ElementwiseTest, GeluBackwardAccumulatesDerivativeTimesDout) {
 }
 
 TEST(GeluGradient, MatchesFiniteDifferencesAtFp32) {
-  auto backend = make_cpu_backend_fp32(kFdThreads);
-  Rng rng(3);
-  const int n = 40;
-  auto inp = random_values<float>(rng, n, 2.0);
-  const auto loss_weights = random_weights<float>(rng, n);
-  auto loss = [&](const std::vector<float>& x) {
-    DeviceBuffer<float, BackendT<float>> d_x(*backend, x), d_out(*backend, size_t(n));
-    backend->gelu_forward(d_out.get(), d_x.get(), n);
-    return weighted_sum(d_out.download(), loss_weights);
-  };
-  DeviceBuffer<float, BackendT<float>> d_x(*backend, inp),
-      d_dout(*backend, from_double<float>(loss_weights)), dx(*backend, size_t(n));
-  backend->gelu_backward(dx.get(), d_x.get(), d_dout.get(), n);
-  expect_gradient_matches_differences(loss, inp, to_double(dx.download()), "dinp");
+  expect_elementwise_gradient_matches_differences(
+      [](BackendT<float>& b, float* out, const float* inp, int64_t n) {
+        b.gelu_forward(out, inp, n);
+      },
+      [](BackendT<float>& b, float* dinp, const float* inp, const float* dout, int64_t n) {
+        b.gelu_backward(dinp, inp, dout, n);
+      });
 }
 
 TYPED_TEST(ElementwiseTest, AddAccumulateScaleRoundOnce) {
