@@ -33,8 +33,10 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 }  // namespace
 
-std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config) {
+std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int tp) {
   validate_bert_config(config);
+  COLLAGE_CHECK(tp == 1, "parallel.tensor_parallel: {} is not supported for model.arch {} yet", tp,
+                config.arch);
   const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab();
   std::vector<ParameterInfo> table;
   int64_t offset = 0;
@@ -111,12 +113,15 @@ struct BertT<Storage>::Activations {
 
 template <typename Storage>
 BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch,
-                      int seq_len, int max_predictions)
+                      int seq_len, int max_predictions, ParallelLayout layout,
+                      Comm* tensor_parallel, int64_t memory_multiple)
     : config_(config),
       backend_(backend),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       max_predictions_(max_predictions),
+      layout_(layout),
+      tp_comm_(tensor_parallel),
       nsp_(config.arch == "bert"),
       C_(config.hidden_size),
       NH_(config.n_head),
@@ -124,7 +129,7 @@ BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int
       F_(config.ffn()),
       V_(config.vocab_size),
       Vp_(config.padded_vocab()) {
-  table_ = bert_parameter_table(config);
+  table_ = bert_parameter_table(config, layout.tp);
   COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
   COLLAGE_CHECK(max_predictions >= 1 && max_predictions <= seq_len,
                 "data.max_predictions: {} must be in [1, data.seq_len = {}]", max_predictions,
@@ -136,40 +141,57 @@ BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int
                 "data.seq_len: {} needs {} positions, more than model.max_position_embeddings {}",
                 seq_len, positions_needed, config.max_position_embeddings);
   for (const ParameterInfo& info : table_) num_parameters_ += info.numel;
-  const size_t param_bytes = size_t(num_parameters_) * sizeof(Storage);
+  COLLAGE_CHECK(memory_multiple >= 1, "BERT: memory multiple {} must be >= 1", memory_multiple);
+  memory_elements_ = padded_parameter_elements(num_parameters_, memory_multiple);
+  const size_t param_bytes = size_t(memory_elements_) * sizeof(Storage);
   param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");
-  params_ = param_arena_->take<Storage>(num_parameters_);
+  params_ = param_arena_->take<Storage>(memory_elements_);
   grad_arena_ = std::make_unique<Arena>(backend, param_bytes, "gradients");
-  grads_ = grad_arena_->take<Storage>(num_parameters_);
+  grads_ = grad_arena_->take<Storage>(memory_elements_);
   weights_ = bind_weights(params_);
   grad_weights_ = bind_weights(grads_);
   acts_ = std::make_unique<Activations>();
+  act_arena_ = std::make_unique<Arena>(
+      backend, planned_activation_bytes(config, micro_batch, seq_len, max_predictions, layout.tp),
+      "activations");
+  plan_activations(config, micro_batch, seq_len, max_predictions, layout.tp, *act_arena_, *acts_);
+}
+
+template <typename Storage>
+size_t BertT<Storage>::planned_activation_bytes(const ModelConfig& config, int micro_batch,
+                                                int seq_len, int max_predictions, int tp) {
+  bert_parameter_table(config, tp);  // validates the config and tp
+  COLLAGE_CHECK(micro_batch >= 1 && seq_len >= 1 && max_predictions >= 1,
+                "BERT activations: micro-batch {}, sequence length {} and max predictions {} "
+                "must be >= 1",
+                micro_batch, seq_len, max_predictions);
   Arena counting;
-  plan(counting);
-  act_arena_ = std::make_unique<Arena>(backend, counting.used(), "activations");
-  plan(*act_arena_);
+  Activations unused;
+  plan_activations(config, micro_batch, seq_len, max_predictions, tp, counting, unused);
+  return counting.used();
 }
 
 template <typename Storage>
 BertT<Storage>::~BertT() = default;
 
 template <typename Storage>
-void BertT<Storage>::plan(Arena& arena) {
-  const int64_t N = int64_t{micro_batch_} * seq_len_, M = int64_t{micro_batch_} * max_predictions_;
-  const int64_t B = micro_batch_, C = C_, F = F_;
+void BertT<Storage>::plan_activations(const ModelConfig& config, int micro_batch, int seq_len,
+                                      int max_predictions, int tp, Arena& arena, Activations& a) {
+  const int64_t N = int64_t{micro_batch} * seq_len, M = int64_t{micro_batch} * max_predictions;
+  const int64_t B = micro_batch, C = config.hidden_size, F = config.ffn();
+  const int64_t NH = config.n_head, T = seq_len, Vp = config.padded_vocab(tp);
   auto take = [&](int64_t count) { return arena.take<Storage>(count); };
   auto take_f32 = [&](int64_t count) { return arena.take<float>(count); };
   auto take_i32 = [&](int64_t count) { return arena.take<int32_t>(count); };
-  Activations& a = *acts_;
   a.ids = take_i32(N), a.key_mask = take_i32(N), a.segments = take_i32(N);
   a.positions = take_i32(N);
   a.mlm_rows = take_i32(M), a.mlm_targets = take_i32(M);
   a.cls_rows = take_i32(B), a.nsp_targets = take_i32(B);
   a.emb = take(N * C), a.emb_mean = take_f32(N), a.emb_rstd = take_f32(N);
   a.x0 = take(N * C);
-  a.layers.resize(config_.n_layer);
+  a.layers.resize(config.n_layer);
   for (LayerActivations& l : a.layers) {
-    l.qkv = take(N * 3 * C), l.atty = take(N * C), l.lse = take_f32(B * NH_ * seq_len_);
+    l.qkv = take(N * 3 * C), l.atty = take(N * C), l.lse = take_f32(B * NH * T);
     l.res1 = take(N * C), l.ln1 = take(N * C), l.ln1_mean = take_f32(N), l.ln1_rstd = take_f32(N);
     l.fch = take(N * F), l.fch_gelu = take(N * F);
     l.res2 = take(N * C), l.ln2 = take(N * C), l.ln2_mean = take_f32(N), l.ln2_rstd = take_f32(N);
@@ -177,13 +199,13 @@ void BertT<Storage>::plan(Arena& arena) {
   a.branch = take(N * C);
   a.picked = take(M * C), a.dense = take(M * C), a.dense_gelu = take(M * C);
   a.mlm_ln = take(M * C), a.mlm_mean = take_f32(M), a.mlm_rstd = take_f32(M);
-  a.logits = take(M * Vp_), a.mlm_losses = take_f32(M);
+  a.logits = take(M * Vp), a.mlm_losses = take_f32(M);
   a.cls = take(B * C), a.pooled_pre = take(B * C), a.pooled = take(B * C);
   a.nsp_logits = take(B * 2), a.nsp_losses = take_f32(B);
   a.dx = take(N * C), a.dx_prev = take(N * C), a.dres = take(N * C), a.dbranch = take(N * C);
   a.dln = take(N * C), a.dqkv = take(N * 3 * C), a.datty = take(N * C);
   a.dfch = take(N * F), a.dfch_gelu = take(N * F);
-  a.dlogits = take(M * Vp_);
+  a.dlogits = take(M * Vp);
   a.dmlm_ln = take(M * C), a.ddense_gelu = take(M * C), a.ddense = take(M * C);
   a.dpicked = take(M * C);
   a.dnsp_logits = take(B * 2), a.dpooled = take(B * C), a.dpooled_pre = take(B * C);
@@ -257,7 +279,12 @@ void BertT<Storage>::save_parameters(float* host_values) const {
 
 template <typename Storage>
 void BertT<Storage>::zero_gradients() {
-  backend_.zero(grads_, size_t(num_parameters_) * sizeof(Storage));
+  backend_.zero(grads_, size_t(memory_elements_) * sizeof(Storage));
+}
+
+template <typename Storage>
+void BertT<Storage>::all_reduce_replicated_gradients() {
+  // tp = 1: every tensor is this rank's alone.
 }
 
 // Dropout sites of one micro-batch: 0 the embeddings; per layer 3l + 1 the attention

@@ -37,12 +37,15 @@
 #include "backend/arena.h"
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/comm.h"
 #include "model/parameter_info.h"
+#include "model/trainable_model.h"
 
 namespace collage {
 
-// The parameter table of a BERT or RoBERTa config (validates it; no backend needed).
-std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config);
+// The parameter table of a BERT or RoBERTa config split tp ways (validates it; no backend
+// needed).
+std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int tp = 1);
 
 // One micro-batch as the HDF5 files hold it, on the host, row-major.
 struct BertInputs {
@@ -55,7 +58,7 @@ struct BertInputs {
 };
 
 template <typename Storage>
-class BertT {
+class BertT : public TrainableModelT<Storage> {
  public:
   struct Loss {
     double mlm_sum = 0;  // Σ MLM token losses
@@ -66,22 +69,29 @@ class BertT {
 
   // micro_batch: the largest B forward() accepts; seq_len: the T every forward uses;
   // max_predictions: P, the labelled positions per sequence. Parameters start at zero: call
-  // init_weights or load_parameters. Tensor parallelism is not implemented for the encoders.
+  // init_weights or load_parameters. layout, tensor_parallel and memory_multiple as GptT's.
   BertT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch, int seq_len,
-        int max_predictions);
+        int max_predictions, ParallelLayout layout = {}, Comm* tensor_parallel = nullptr,
+        int64_t memory_multiple = 1);
+
+  // The activation_bytes() such a model allocates, without a backend (`collage plan`).
+  static size_t planned_activation_bytes(const ModelConfig& config, int micro_batch, int seq_len,
+                                         int max_predictions, int tp = 1);
   ~BertT();  // in bert.cpp, where Activations is complete
   BertT(const BertT&) = delete;
   BertT& operator=(const BertT&) = delete;
 
-  const std::vector<ParameterInfo>& parameters() const { return table_; }
-  int64_t num_parameters() const { return num_parameters_; }
-  Storage* parameter_memory() { return params_; }
-  Storage* gradient_memory() { return grads_; }
-  const Storage* parameter_memory() const { return params_; }
+  const std::vector<ParameterInfo>& parameters() const override { return table_; }
+  int64_t num_parameters() const override { return num_parameters_; }
+  int64_t memory_elements() const override { return memory_elements_; }
+  ParameterRegion replicated_region() const override { return replicated_; }
+  Storage* parameter_memory() override { return params_; }
+  Storage* gradient_memory() override { return grads_; }
+  const Storage* parameter_memory() const override { return params_; }
 
   // BERT's init: N(0, init_std) for weights and embeddings, layernorms 1, biases 0, vocab
   // padding rows 0; per-tensor streams as the GPT's (model/weight_init.h).
-  void init_weights(uint64_t seed);
+  void init_weights(uint64_t seed) override;
   void load_parameters(const float* host_values);  // num_parameters() floats, table order
   void save_parameters(float* host_values) const;
 
@@ -93,17 +103,23 @@ class BertT {
   // Accumulates the gradient of dloss_mlm · Σ MLM token losses + dloss_nsp · Σ NSP losses of the
   // last forward into gradient_memory().
   void backward(float dloss_mlm, float dloss_nsp);
-  void zero_gradients();
+  void zero_gradients() override;
+  // tp > 1: averages the replicated tensors' gradients over the TP group (see GptT).
+  void all_reduce_replicated_gradients() override;
 
   // Of the last forward: how many labelled tokens (and, BERT, sequences) the model predicted
   // right (argmax over the real vocabulary). Copies the logits to the host: for evaluation.
   int64_t mlm_correct() const;
   int64_t nsp_correct() const;
 
-  size_t parameter_bytes() const { return param_arena_->capacity(); }
-  size_t gradient_bytes() const { return grad_arena_->capacity(); }
-  size_t activation_bytes() const { return act_arena_->capacity(); }
-  const ModelConfig& config() const { return config_; }
+  size_t parameter_bytes() const override { return param_arena_->capacity(); }
+  size_t gradient_bytes() const override { return grad_arena_->capacity(); }
+  size_t activation_bytes() const override { return act_arena_->capacity(); }
+  const ModelConfig& config() const override { return config_; }
+  const ParallelLayout& layout() const override { return layout_; }
+  int micro_batch() const override { return micro_batch_; }
+  int seq_len() const override { return seq_len_; }
+  int max_predictions() const { return max_predictions_; }
 
  private:
   struct LayerWeights {
@@ -132,7 +148,9 @@ class BertT {
   struct Activations;
 
   Weights bind_weights(Storage* base) const;
-  void plan(Arena& arena);
+  // Carves every activation buffer from `arena` (a counting Arena only sizes them).
+  static void plan_activations(const ModelConfig& config, int micro_batch, int seq_len,
+                               int max_predictions, int tp, Arena& arena, Activations& acts);
   // Dropout of n elements of `site` in this micro-batch, in place; backward: dinp += the same
   // mask applied to dout. Identity (a copy-add in the backward) when dropout is off or p = 0.
   void dropout_forward(Storage* x, int64_t n, float p, int site);
@@ -142,10 +160,14 @@ class BertT {
   ModelConfig config_;
   BackendT<Storage>& backend_;
   int micro_batch_, seq_len_, max_predictions_;
+  ParallelLayout layout_;
+  Comm* tp_comm_ = nullptr;
   bool nsp_;  // BERT: pooler + NSP head
   int C_, NH_, HS_, F_, V_, Vp_;
   std::vector<ParameterInfo> table_;
   int64_t num_parameters_ = 0;
+  int64_t memory_elements_ = 0;
+  ParameterRegion replicated_;
   std::unique_ptr<Arena> param_arena_, grad_arena_, act_arena_;
   Storage* params_ = nullptr;
   Storage* grads_ = nullptr;

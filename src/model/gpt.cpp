@@ -39,7 +39,8 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
   vocab_begin_ = int64_t{layout.tp_rank} * (Vp_ / layout.tp);
   vocab_end_ = vocab_begin_ + Vp_ / layout.tp;
   for (const ParameterInfo& info : table_) num_parameters_ += info.numel;
-  memory_elements_ = padded_elements(num_parameters_, memory_multiple);
+  COLLAGE_CHECK(memory_multiple >= 1, "GPT: memory multiple {} must be >= 1", memory_multiple);
+  memory_elements_ = padded_parameter_elements(num_parameters_, memory_multiple);
   replicated_ = collage::replicated_region(table_, layout.tp);
 
   const size_t param_bytes = static_cast<size_t>(memory_elements_) * sizeof(Storage);
@@ -54,12 +55,6 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
   act_arena_ = std::make_unique<Arena>(
       backend, planned_activation_bytes(config, micro_batch, seq_len, layout.tp), "activations");
   acts_ = plan_activations(config, micro_batch, seq_len, layout.tp, *act_arena_);
-}
-
-template <typename Storage>
-int64_t GptT<Storage>::padded_elements(int64_t num_parameters, int64_t memory_multiple) {
-  COLLAGE_CHECK(memory_multiple >= 1, "GPT: memory multiple {} must be >= 1", memory_multiple);
-  return (num_parameters + memory_multiple - 1) / memory_multiple * memory_multiple;
 }
 
 template <typename Storage>

@@ -39,6 +39,7 @@
 #include "dist/comm.h"
 #include "model/gpt_activations.h"
 #include "model/parameter_info.h"
+#include "model/trainable_model.h"
 
 namespace collage {
 
@@ -48,7 +49,7 @@ std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp
 ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp);
 
 template <typename Storage>
-class GptT {
+class GptT : public TrainableModelT<Storage> {
  public:
   struct Loss {
     double sum = 0;     // sum of per-token losses
@@ -68,23 +69,23 @@ class GptT {
   // The parameter table without a backend (shapes per rank of a tp-way split).
   static std::vector<ParameterInfo> parameter_table(const ModelConfig& config, int tp = 1);
 
-  const std::vector<ParameterInfo>& parameters() const { return table_; }
-  int64_t num_parameters() const { return num_parameters_; }
+  const std::vector<ParameterInfo>& parameters() const override { return table_; }
+  int64_t num_parameters() const override { return num_parameters_; }
   // num_parameters() rounded up to the constructor's memory_multiple: the elements of
   // parameter_memory() and gradient_memory().
-  int64_t memory_elements() const { return memory_elements_; }
+  int64_t memory_elements() const override { return memory_elements_; }
   // The replicated tensors' elements (empty at tp = 1).
-  ParameterRegion replicated_region() const { return replicated_; }
-  Storage* parameter_memory() { return params_; }
-  Storage* gradient_memory() { return grads_; }
-  const Storage* parameter_memory() const { return params_; }
+  ParameterRegion replicated_region() const override { return replicated_; }
+  Storage* parameter_memory() override { return params_; }
+  Storage* gradient_memory() override { return grads_; }
+  const Storage* parameter_memory() const override { return params_; }
   const Storage* gradient_memory() const { return grads_; }
 
   // GPT-2/Megatron init: N(0, init_std); attn proj and fc2 weights N(0, init_std/√(2L));
   // layernorm weights 1, biases 0, padding vocab rows 0. Values come from a seeded
   // mt19937_64 per tensor (Box-Muller), are rounded to bf16 for every Storage, and do not
   // depend on tp (each rank takes its shard of the full tensor).
-  void init_weights(uint64_t seed);
+  void init_weights(uint64_t seed) override;
   void load_parameters(const float* host_values);  // num_parameters() floats, table order
   void save_parameters(float* host_values) const;
 
@@ -95,30 +96,28 @@ class GptT {
   // accumulated into gradient_memory(): over micro-batches, call forward + backward for each
   // and zero_gradients() once per step. dloss = 1 / count gives the mean loss's gradient.
   void backward(float dloss);
-  void zero_gradients();
+  void zero_gradients() override;
   // tp > 1: the gradients of the replicated tensors (layernorms, row-parallel biases, wpe),
   // averaged over the TP group once per step, after the last backward: every TP rank computes
   // them from the same replicated activations, and this keeps the copies identical.
-  void all_reduce_replicated_gradients();
+  void all_reduce_replicated_gradients() override;
 
   const Storage* logits() const { return acts_.logits; }  // (B·T, Vp/tp) of the last forward
 
-  size_t parameter_bytes() const { return param_arena_->capacity(); }
-  size_t gradient_bytes() const { return grad_arena_->capacity(); }
-  size_t activation_bytes() const { return act_arena_->capacity(); }
+  size_t parameter_bytes() const override { return param_arena_->capacity(); }
+  size_t gradient_bytes() const override { return grad_arena_->capacity(); }
+  size_t activation_bytes() const override { return act_arena_->capacity(); }
 
   // The activation_bytes() a model of this shape (micro_batch × seq_len, split tp ways)
   // allocates, without a backend: the same activation plan run on a counting Arena. For
   // memory planning (`collage plan`); validates the config like parameter_table().
   static size_t planned_activation_bytes(const ModelConfig& config, int micro_batch, int seq_len,
                                          int tp = 1);
-  // The elements of parameter/gradient memory for num_parameters and a memory_multiple.
-  static int64_t padded_elements(int64_t num_parameters, int64_t memory_multiple);
 
-  const ModelConfig& config() const { return config_; }
-  const ParallelLayout& layout() const { return layout_; }
-  int micro_batch() const { return micro_batch_; }
-  int seq_len() const { return seq_len_; }
+  const ModelConfig& config() const override { return config_; }
+  const ParallelLayout& layout() const override { return layout_; }
+  int micro_batch() const override { return micro_batch_; }
+  int seq_len() const override { return seq_len_; }
 
  private:
   struct LayerWeights {

@@ -39,7 +39,7 @@ CommPlan plan_communication(const Config& config, int tp, int dp) {
   if (dp > 1) {
     if (zero) {  // reduce-scatter of the gradients, all-gather of the updated weights
       const int64_t elements =
-          GPT::padded_elements(parameters, zero_memory_multiple(dp, /*zero=*/true));
+          padded_parameter_elements(parameters, zero_memory_multiple(dp, /*zero=*/true));
       plan.dp_calls = 2;
       plan.dp_bytes = 2 * elements * bf16_bytes;
     } else {  // all-reduce of the gradients

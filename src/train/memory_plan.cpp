@@ -61,7 +61,7 @@ MemoryReport plan_memory(const Config& config, int tensor_parallel, int data_par
   // The model's parameter and gradient arenas hold the bf16 parameters, padded for ZeRO-1's
   // equal shards (gpt.cpp); the optimizer keeps state for its shard only (optimizer.cpp).
   const int64_t elements =
-      GPT::padded_elements(r.parameters, zero_memory_multiple(data_parallel, r.zero));
+      padded_parameter_elements(r.parameters, zero_memory_multiple(data_parallel, r.zero));
   r.parameter_bytes = size_t(elements) * sizeof(bf16);
   r.gradient_bytes = r.parameter_bytes;
   const int64_t shard = r.zero ? zero_shard(elements, data_parallel, 0).size() : r.parameters;
