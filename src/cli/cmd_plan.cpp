@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "core/error.h"
-#include "model/gpt.h"
+#include "model/trainable_model.h"
 #include "optim/memory_report.h"
 #include "train/comm_plan.h"
 #include "train/kernel_costs.h"
@@ -31,7 +31,7 @@ struct PlanOptions {
 
 int64_t parameter_count(const ModelConfig& model, int tp) {
   int64_t count = 0;
-  for (const ParameterInfo& info : GPT::parameter_table(model, tp)) count += info.numel;
+  for (const ParameterInfo& info : model_parameter_table(model, tp)) count += info.numel;
   return count;
 }
 
@@ -51,12 +51,25 @@ std::string plan(const PlanOptions& o) {
                 "{}: --kernels models tensor-parallel 1 only; plan it without --tensor-parallel {} "
                 "or without --kernels",
                 origin, tp);
+  COLLAGE_CHECK(
+      !o.kernels || !is_encoder(m),
+      "{}: --kernels models the GPT's kernels; model.arch {} has no kernel cost model yet", origin,
+      m.arch);
 
-  std::string out = fmt::format(
-      "{}: GPT n_layer {}, hidden {}, heads {}, ffn {}, vocab {} (padded to {}), {} positions, "
-      "{} head, seq_len {}\n",
-      o.config_path, m.n_layer, m.hidden_size, m.n_head, m.ffn(), m.vocab_size, m.padded_vocab(tp),
-      m.position_embedding, m.tie_embeddings ? "tied" : "untied", config.data.seq_len);
+  std::string out =
+      is_encoder(m)
+          ? fmt::format(
+                "{}: {} n_layer {}, hidden {}, heads {}, ffn {}, vocab {} (padded to {}), {} "
+                "positions, seq_len {}, {} masked positions\n",
+                o.config_path, m.arch == "bert" ? "BERT" : "RoBERTa", m.n_layer, m.hidden_size,
+                m.n_head, m.ffn(), m.vocab_size, m.padded_vocab(tp), m.max_position_embeddings,
+                config.data.seq_len, config.data.max_predictions)
+          : fmt::format(
+                "{}: GPT n_layer {}, hidden {}, heads {}, ffn {}, vocab {} (padded to {}), {} "
+                "positions, {} head, seq_len {}\n",
+                o.config_path, m.n_layer, m.hidden_size, m.n_head, m.ffn(), m.vocab_size,
+                m.padded_vocab(tp), m.position_embedding, m.tie_embeddings ? "tied" : "untied",
+                config.data.seq_len);
   out += fmt::format("{} parameters ({:.2f} B); {} ranks = tensor-parallel {} x data-parallel {}\n",
                      parameter_count(m, 1), parameter_count(m, 1) / 1e9, tp * dp, tp, dp);
   const BackendChoice backend = choose_backend(config.parallel.backend);

@@ -60,8 +60,21 @@ struct DataConfig {
   uint64_t seed = 1234;
   // Optional: build datasets[0].prefix from raw text/JSONL when missing (the demo does this).
   std::vector<std::string> prepare_from;  // files or globs
-  std::string vocab_file;                 // GPT-2 encoder.json
+  std::string vocab_file;                 // GPT-2 encoder.json (encoders: WordPiece vocab.txt)
   std::string merges_file;                // GPT-2 vocab.bpe
+
+  // Encoders (model.arch bert | roberta) read BERT pretraining HDF5 shards instead
+  // (src/data/bert_hdf5.h, docs/DATA.md); data.datasets and data.split are GPT-only.
+  std::string hdf5_train;    // a .hdf5/.h5 file or a directory of them
+  std::string hdf5_valid;    // the same for validation; empty: no validation
+  int max_predictions = 20;  // masked positions per sequence: the files' P
+  // RoBERTa: masks drawn anew each time a sample is read (src/data/dynamic_masking.h).
+  bool dynamic_masking = false;
+  int mask_token_id = 103;  // [MASK] (BERT uncased); RoBERTa's <mask> is 50264
+  // Never masked dynamically: BERT's [PAD] [UNK] [CLS] [SEP] [MASK]; RoBERTa: 0 1 2 3 50264.
+  std::vector<int> special_token_ids = {0, 100, 101, 102, 103};
+  // Encoders with data.prepare_from: the text of hdf5_valid, prepared when it is missing.
+  std::vector<std::string> prepare_valid_from;
 
   bool operator==(const DataConfig&) const = default;
 };

@@ -35,6 +35,13 @@ std::vector<ConfigField> config_fields(Config& c) {
       {"data.prepare_from", &d.prepare_from},
       {"data.vocab_file", &d.vocab_file},
       {"data.merges_file", &d.merges_file},
+      {"data.hdf5_train", &d.hdf5_train},
+      {"data.hdf5_valid", &d.hdf5_valid},
+      {"data.max_predictions", &d.max_predictions},
+      {"data.dynamic_masking", &d.dynamic_masking},
+      {"data.mask_token_id", &d.mask_token_id},
+      {"data.special_token_ids", &d.special_token_ids},
+      {"data.prepare_valid_from", &d.prepare_valid_from},
 
       {"training.micro_batch_size", &t.micro_batch_size},
       {"training.global_batch_size", &t.global_batch_size},

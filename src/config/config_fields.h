@@ -12,9 +12,9 @@
 
 namespace collage {
 
-using FieldTarget =
-    std::variant<int*, int64_t*, uint64_t*, float*, double*, bool*, std::string*, Precision*,
-                 AdamOrder*, std::vector<std::string>*, std::vector<DatasetSource>*>;
+using FieldTarget = std::variant<int*, int64_t*, uint64_t*, float*, double*, bool*, std::string*,
+                                 Precision*, AdamOrder*, std::vector<std::string>*,
+                                 std::vector<int>*, std::vector<DatasetSource>*>;
 
 struct ConfigField {
   std::string path;  // "section.key"

@@ -87,7 +87,61 @@ void check_model(const Checker& c, const ModelConfig& m, int tp) {
              tp);
 }
 
+// BERT / RoBERTa read HDF5 shards (src/data/bert_shards.h).
+void check_encoder_data(const Checker& c, const DataConfig& d, const ModelConfig& m) {
+  if (!d.datasets.empty())
+    c.reject("data.datasets",
+             "is for GPT (Megatron .bin/.idx); model.arch {} reads data.hdf5_train and "
+             "data.hdf5_valid",
+             m.arch);
+  if (d.hdf5_train.empty())
+    c.reject("data.hdf5_train", "required for model.arch {}: a .hdf5 file or a directory of them",
+             m.arch);
+  if (d.max_predictions < 1 || d.max_predictions > d.seq_len)
+    c.reject("data.max_predictions", "{} is not in [1, data.seq_len = {}]", d.max_predictions,
+             d.seq_len);
+  if (!d.merges_file.empty())
+    c.reject("data.merges_file",
+             "is GPT-2 BPE's; model.arch {} prepares text with WordPiece "
+             "(data.vocab_file)",
+             m.arch);
+  if (!d.prepare_valid_from.empty() && d.prepare_from.empty())
+    c.reject("data.prepare_valid_from", "needs data.prepare_from (the training text)");
+  if (!d.prepare_valid_from.empty() && d.hdf5_valid.empty())
+    c.reject("data.prepare_valid_from", "needs data.hdf5_valid (where to write it)");
+  for (size_t i = 0; i < d.prepare_valid_from.size(); i++)
+    if (d.prepare_valid_from[i].empty())
+      c.reject(fmt::format("data.prepare_valid_from[{}]", i), "empty");
+  if (d.mask_token_id < 0 || d.mask_token_id >= m.vocab_size)
+    c.reject("data.mask_token_id", "{} is not a token id below model.vocab_size {}",
+             d.mask_token_id, m.vocab_size);
+  for (size_t i = 0; i < d.special_token_ids.size(); i++)
+    if (d.special_token_ids[i] < 0 || d.special_token_ids[i] >= m.vocab_size)
+      c.reject(fmt::format("data.special_token_ids[{}]", i),
+               "{} is not a token id below model.vocab_size {}", d.special_token_ids[i],
+               m.vocab_size);
+}
+
 void check_data(const Checker& c, const DataConfig& d, const ModelConfig& m) {
+  c.positive("data.seq_len", d.seq_len);
+  if (m.position_embedding == "learned" && d.seq_len > m.max_position_embeddings)
+    c.reject("data.seq_len", "{} exceeds model.max_position_embeddings {} (learned positions)",
+             d.seq_len, m.max_position_embeddings);
+  for (size_t i = 0; i < d.prepare_from.size(); i++)
+    if (d.prepare_from[i].empty()) c.reject(fmt::format("data.prepare_from[{}]", i), "empty");
+  if (m.arch != "gpt") {
+    check_encoder_data(c, d, m);
+    return;
+  }
+  for (auto [key, path] :
+       {std::pair{"data.hdf5_train", d.hdf5_train}, std::pair{"data.hdf5_valid", d.hdf5_valid}})
+    if (!path.empty())
+      c.reject(key, "is for the encoders (model.arch bert | roberta); a GPT reads data.datasets");
+  if (d.dynamic_masking)
+    c.reject("data.dynamic_masking", "is for the encoders (model.arch bert | roberta)");
+  if (!d.prepare_valid_from.empty())
+    c.reject("data.prepare_valid_from",
+             "is for the encoders; a GPT's validation split comes from data.split");
   if (d.datasets.empty())
     c.reject("data.datasets", "empty: give at least one {{prefix, weight}} (or a prefix string)");
   for (size_t i = 0; i < d.datasets.size(); i++) {
@@ -99,17 +153,11 @@ void check_data(const Checker& c, const DataConfig& d, const ModelConfig& m) {
   } catch (const Error& e) {
     c.reject("data.split", "{}", e.what());
   }
-  c.positive("data.seq_len", d.seq_len);
-  if (m.position_embedding == "learned" && d.seq_len > m.max_position_embeddings)
-    c.reject("data.seq_len", "{} exceeds model.max_position_embeddings {} (learned positions)",
-             d.seq_len, m.max_position_embeddings);
   if (!d.prepare_from.empty()) {
     // prepare_from builds datasets[0] from raw text; it needs the tokenizer files.
     if (d.datasets.size() != 1)
       c.reject("data.prepare_from", "builds a single dataset, but data.datasets lists {}",
                d.datasets.size());
-    for (size_t i = 0; i < d.prepare_from.size(); i++)
-      if (d.prepare_from[i].empty()) c.reject(fmt::format("data.prepare_from[{}]", i), "empty");
     if (d.vocab_file.empty()) c.reject("data.vocab_file", "required with data.prepare_from");
     if (d.merges_file.empty()) c.reject("data.merges_file", "required with data.prepare_from");
   }

@@ -4,6 +4,7 @@
 #include "config/yaml_values.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <cmath>
@@ -94,6 +95,17 @@ std::vector<std::string> read_string_list(const YAML::Node& node, const ValueCon
   if (node.IsScalar()) return {node.Scalar()};
   if (!node.IsSequence()) type_error(where, "a list of strings", node);
   for (size_t i = 0; i < node.size(); i++) out.push_back(read_string(node[i], element(where, i)));
+  return out;
+}
+
+// A list of integers, or one integer as shorthand for a list of one.
+std::vector<int> read_int_list(const YAML::Node& node, const ValueContext& where) {
+  std::vector<int> out;
+  if (node.IsNull()) return out;
+  if (node.IsScalar()) return {read_integer<int>(node, where)};
+  if (!node.IsSequence()) type_error(where, "a list of integers", node);
+  for (size_t i = 0; i < node.size(); i++)
+    out.push_back(read_integer<int>(node[i], element(where, i)));
   return out;
 }
 
@@ -198,6 +210,8 @@ void read_field(const YAML::Node& node, const FieldTarget& target, const ValueCo
           }
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           *field = read_string_list(node, where);
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          *field = read_int_list(node, where);
         } else {
           *field = read_datasets(node, where);
         }
@@ -225,6 +239,8 @@ std::string write_field(const std::string& name, const FieldTarget& target, int 
           std::string items;
           for (const std::string& s : *field) items += (items.empty() ? "" : ", ") + yaml_string(s);
           return head + " [" + items + "]\n";
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          return head + fmt::format(" [{}]\n", fmt::join(*field, ", "));
         } else {
           if (field->empty()) return head + " []\n";
           for (const DatasetSource& d : *field)

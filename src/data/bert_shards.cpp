@@ -151,14 +151,17 @@ BertShardReader::BertShardReader(std::shared_ptr<const BertShardSet> shards, uin
                 shards_->path(), start.epoch, start.sample_in_epoch, order_.samples_per_epoch());
 }
 
-void BertShardReader::next(BertBatch& batch) {
+void BertShardReader::next(BertBatch& batch, std::vector<BertDataPosition>* rows_out) {
   const int64_t per_epoch = order_.samples_per_epoch();
   batch.reset(shards_->seq_len(), shards_->max_predictions());
   // This rank's samples, as (shard, row) in stream order; then read run by run of one shard.
   std::vector<BertSampleOrder::Location> where;
+  if (rows_out) rows_out->clear();
   for (int64_t j = 0; j < micro_batch_size_; ++j) {
     const int64_t offset = position_.sample_in_epoch + dp_rank_ * micro_batch_size_ + j;
-    where.push_back(order_.locate(position_.epoch + offset / per_epoch, offset % per_epoch));
+    const BertDataPosition row{position_.epoch + offset / per_epoch, offset % per_epoch};
+    where.push_back(order_.locate(row.epoch, row.sample_in_epoch));
+    if (rows_out) rows_out->push_back(row);
   }
   std::vector<int64_t> rows;
   for (size_t i = 0; i < where.size();) {

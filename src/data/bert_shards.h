@@ -114,9 +114,14 @@ class BertShardReader {
                   int64_t micro_batch_size, int dp_rank, int dp_size, BertDataPosition start = {});
 
   // This rank's micro_batch_size samples of the next global micro-batch, in stream order;
-  // then advances the position by micro_batch_size * dp_size.
-  void next(BertBatch& batch);
+  // then advances the position by micro_batch_size * dp_size. `rows`, when given, receives
+  // each row's place in the stream (dynamic masking keys its random numbers by it).
+  void next(BertBatch& batch, std::vector<BertDataPosition>* rows = nullptr);
   BertDataPosition position() const { return position_; }
+  // Continues from `position` (the open shard stays open: seeking back to the start of the
+  // validation set does not decode its shard again).
+  void seek(BertDataPosition position) { position_ = position; }
+  int64_t samples_per_epoch() const { return order_.samples_per_epoch(); }
   // The shard currently open (-1: none yet), for tests of "one shard at a time".
   int open_shard() const { return open_shard_; }
   int64_t shards_opened() const { return shards_opened_; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/bf16.h"
 #include "model/parameter_info.h"
 
 namespace collage {
@@ -42,6 +43,14 @@ class TrainableModelT {
   virtual size_t gradient_bytes() const = 0;
   virtual size_t activation_bytes() const = 0;
 };
+
+using TrainableModel = TrainableModelT<bf16>;
+
+// model.arch bert or roberta (src/model/bert.h) rather than gpt (src/model/gpt.h).
+bool is_encoder(const ModelConfig& config);
+
+// The parameter table of config.arch split tp ways (validates the config; no backend needed).
+std::vector<ParameterInfo> model_parameter_table(const ModelConfig& config, int tp = 1);
 
 // The elements of parameter/gradient memory for num_parameters and a memory_multiple (>= 1).
 inline int64_t padded_parameter_elements(int64_t num_parameters, int64_t memory_multiple) {

@@ -4,13 +4,14 @@
 #include "train/comm_plan.h"
 
 #include "model/gpt.h"
+#include "model/trainable_model.h"
 #include "train/memory_plan.h"
 
 namespace collage {
 
 CommPlan plan_communication(const Config& config, int tp, int dp) {
   const ModelConfig& m = config.model;
-  const std::vector<ParameterInfo> table = GPT::parameter_table(m, tp);
+  const std::vector<ParameterInfo> table = model_parameter_table(m, tp);
   int64_t parameters = 0;
   for (const ParameterInfo& info : table) parameters += info.numel;
   const ParameterRegion replicated = replicated_region(table, tp);

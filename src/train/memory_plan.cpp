@@ -2,6 +2,8 @@
 #include "train/memory_plan.h"
 
 #include "core/error.h"
+#include "model/bert.h"
+#include "model/gpt.h"
 
 namespace collage {
 
@@ -24,8 +26,8 @@ ParameterRegion zero_shard(int64_t memory_elements, int data_parallel, int dp_ra
   return {dp_rank * shard, (dp_rank + 1) * shard};
 }
 
-MemoryReport measure_memory(const GPT& model, const Optimizer& optimizer, int data_parallel,
-                            bool zero) {
+MemoryReport measure_memory(const TrainableModel& model, const Optimizer& optimizer,
+                            int data_parallel, bool zero) {
   MemoryReport r;
   r.precision = optimizer.precision();
   r.tensor_parallel = model.layout().tp;
@@ -55,7 +57,7 @@ MemoryReport plan_memory(const Config& config, int tensor_parallel, int data_par
   r.micro_batch = micro_batch;
   r.seq_len = config.data.seq_len;
   r.zero = config.parallel.zero == 1;
-  const std::vector<ParameterInfo> table = GPT::parameter_table(config.model, tensor_parallel);
+  const std::vector<ParameterInfo> table = model_parameter_table(config.model, tensor_parallel);
   r.parameters = 0;
   for (const ParameterInfo& info : table) r.parameters += info.numel;
   // The model's parameter and gradient arenas hold the bf16 parameters, padded for ZeRO-1's
@@ -68,8 +70,12 @@ MemoryReport plan_memory(const Config& config, int tensor_parallel, int data_par
   StatePlan state = Optimizer::plan_state(config.optimizer.precision, shard);
   r.state = state.components;
   r.state_bytes = state.arena_bytes;
-  r.activation_bytes = GPT::planned_activation_bytes(config.model, micro_batch, config.data.seq_len,
-                                                     tensor_parallel);
+  r.activation_bytes =
+      is_encoder(config.model)
+          ? BERT::planned_activation_bytes(config.model, micro_batch, config.data.seq_len,
+                                           config.data.max_predictions, tensor_parallel)
+          : GPT::planned_activation_bytes(config.model, micro_batch, config.data.seq_len,
+                                          tensor_parallel);
   return r;
 }
 

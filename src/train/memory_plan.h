@@ -3,7 +3,7 @@
 // (the trainer's start-of-run log) or planned without allocating (`collage plan`): both
 // come from the same plans, so the planned numbers are the allocated ones.
 #include "config/config.h"
-#include "model/gpt.h"
+#include "model/trainable_model.h"
 #include "optim/memory_report.h"
 #include "optim/optimizer.h"
 
@@ -17,8 +17,8 @@ int64_t zero_memory_multiple(int data_parallel, bool zero);
 ParameterRegion zero_shard(int64_t memory_elements, int data_parallel, int dp_rank);
 
 // The real allocations: arena capacities and state component sizes.
-MemoryReport measure_memory(const GPT& model, const Optimizer& optimizer, int data_parallel = 1,
-                            bool zero = false);
+MemoryReport measure_memory(const TrainableModel& model, const Optimizer& optimizer,
+                            int data_parallel = 1, bool zero = false);
 
 // One rank of `config` split tensor_parallel ways, running micro_batch × data.seq_len
 // tokens per forward; with parallel.zero: 1 the optimizer state is the rank's ZeRO-1 shard

@@ -100,6 +100,12 @@ void ParallelRun::attach_backend(Backend& backend) {
   counted_dp_ = make_counting_comm(dp, dp_traffic);
 }
 
+void ParallelRun::lead_rank_first(const std::function<void()>& work) {
+  if (layout_.world_rank == 0) work();
+  host_world().barrier();
+  if (layout_.world_rank != 0) work();
+}
+
 void ParallelRun::abort_job(const std::string& message) {
   if (!multi_rank() && !session_) return;
   const std::string line = fmt::format("collage: error: rank {} of {}: {}", layout_.world_rank,

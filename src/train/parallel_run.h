@@ -6,6 +6,7 @@
 // [d·t, d·t + t) form tensor-parallel group d (data-parallel rank d), and the ranks with the
 // same world rank mod t form a data-parallel group. A process not started by mpirun is a job of
 // one rank and never touches MPI.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,6 +58,10 @@ class ParallelRun {
   Comm& tp() { return *counted_tp_; }
   Comm& dp() { return *counted_dp_; }
   CommTraffic tp_traffic, dp_traffic;
+
+  // Runs `work` on world rank 0, then on the other ranks: rank 0 prepares what the others
+  // then read (a corpus the config asks to be prepared once).
+  void lead_rank_first(const std::function<void()>& work);
 
   // Ends the whole job: logs `message`, then MPI_Abort when multi-rank (other ranks may be
   // blocked in a collective), else returns so that the caller can throw.

@@ -12,10 +12,8 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "data/pretraining_sampler.h"
 #include "dist/comm.h"
 #include "dist/mpi_comm.h"
-#include "model/gpt.h"
 #include "optim/edq.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -25,7 +23,7 @@
 #include "train/parallel_run.h"
 #include "train/progress.h"
 #include "train/training_checkpoint.h"
-#include "train/training_data.h"
+#include "train/training_task.h"
 
 namespace collage {
 namespace {
@@ -71,50 +69,18 @@ struct Run {
   ParallelRun& parallel;
   const RankLayout& layout;
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<GPT> model;
+  std::unique_ptr<TrainingTask> task;  // the data, the model, its loss (training_task.h)
   std::unique_ptr<Optimizer> optimizer;
-  TrainingData data;
   TrainingProgress progress;  // step, consumed samples, cumulative EDQ
-  std::vector<int32_t> window, tokens, targets;
 
   Run(const Config& c, ParallelRun& p) : config(c), parallel(p), layout(p.layout()) {}
 
-  // Micro-batches each data-parallel rank runs per step (gradient accumulation).
-  int micro_batches_per_step() const {
-    return config.training.global_batch_size / (config.training.micro_batch_size * layout.dp);
-  }
-
-  // Fills tokens/targets (B, T) from samples `indices` of a split.
-  void load_batch(const SampleSet& split, const std::vector<int64_t>& indices) {
-    const int T = config.data.seq_len;
-    for (size_t b = 0; b < indices.size(); b++) {
-      split.get(indices[b] % split.size, window.data());
-      std::copy(window.begin(), window.begin() + T, tokens.begin() + int64_t(b) * T);
-      std::copy(window.begin() + 1, window.end(), targets.begin() + int64_t(b) * T);
-    }
-  }
-
-  // Validation batch i is samples [i·B, (i+1)·B) of the valid split, whatever the layout;
-  // data-parallel rank r evaluates the batches i ≡ r (mod dp) and the sums are reduced.
-  double validation_loss() {
-    const int B = config.training.micro_batch_size;
-    double sums[2] = {0, 0};  // Σ token losses, token count
-    for (int i = layout.dp_rank; i < config.training.eval_iters; i += layout.dp) {
-      std::vector<int64_t> indices(B);
-      for (int b = 0; b < B; b++) indices[b] = int64_t(i) * B + b;
-      load_batch(data.valid, indices);
-      GPT::Loss loss = model->forward(tokens.data(), targets.data(), B);
-      sums[0] += loss.sum;
-      sums[1] += double(loss.count);
-    }
-    parallel.host_dp().all_reduce_sum(sums, 2);
-    return sums[0] / std::max(sums[1], 1.0);
-  }
+  TrainableModel& model() { return task->model(); }
 
   // This rank's part of the parameter memory the optimizer updates: the ZeRO-1 shard, else all.
   ParameterRegion update_region() const {
-    if (!layout.zero) return {0, model->num_parameters()};
-    return zero_shard(model->memory_elements(), layout.dp, layout.dp_rank);
+    if (!layout.zero) return {0, task->model().num_parameters()};
+    return zero_shard(task->model().memory_elements(), layout.dp, layout.dp_rank);
   }
 
   // Σ g² over every parameter of the model once: this rank's update region, the replicated
@@ -122,9 +88,9 @@ struct Run {
   // gradients are sharded over DP too: one collective either way).
   double gradient_norm() {
     const ParameterRegion region = update_region();
-    const ParameterRegion replicated = model->replicated_region();
+    const ParameterRegion replicated = model().replicated_region();
     const int64_t sharded_end = replicated.size() > 0 ? replicated.begin : region.end;
-    const bf16* grads = model->gradient_memory();
+    const bf16* grads = model().gradient_memory();
     auto sum_squares = [&](int64_t begin, int64_t end) {
       begin = std::max(begin, region.begin), end = std::min(end, region.end);
       return begin < end ? backend->sum_squares(grads + begin, end - begin) : 0.0;
@@ -141,14 +107,14 @@ struct Run {
   // (dloss already divides by the global batch's tokens): all-reduced, or reduce-scattered
   // onto each rank's ZeRO-1 shard in place.
   void reduce_gradients() {
-    model->all_reduce_replicated_gradients();
+    model().all_reduce_replicated_gradients();
     if (layout.dp == 1) return;
-    bf16* grads = model->gradient_memory();
+    bf16* grads = model().gradient_memory();
     if (layout.zero) {
       const ParameterRegion shard = update_region();
       parallel.dp().reduce_scatter_sum(grads, grads + shard.begin, shard.size());
     } else {
-      parallel.dp().all_reduce_sum(grads, model->num_parameters());
+      parallel.dp().all_reduce_sum(grads, model().num_parameters());
     }
   }
 
@@ -156,7 +122,7 @@ struct Run {
   void gather_parameters() {
     if (!layout.zero || layout.dp == 1) return;
     const ParameterRegion shard = update_region();
-    bf16* params = model->parameter_memory();
+    bf16* params = model().parameter_memory();
     parallel.dp().all_gather(params + shard.begin, params, shard.size() * int64_t(sizeof(bf16)));
   }
 };
@@ -164,8 +130,8 @@ struct Run {
 // One span per parameter tensor, tagged with its EDQ group when groups are logged; the
 // replicated tensors' EDQ is counted on TP rank 0 only, and with ZeRO-1 the optimizer keeps
 // the state of this rank's shard only.
-std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend, GPT& model,
-                                          const RankLayout& layout) {
+std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend,
+                                          TrainableModel& model, const RankLayout& layout) {
   std::vector<std::string> names;
   for (const ParameterInfo& p : model.parameters()) names.push_back(p.name);
   const EdqGroups groups = edq_groups_of(names);
@@ -189,7 +155,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend
 }
 
 std::string save(Run& run) {
-  const Checkpoint part = make_training_checkpoint(run.config, *run.backend, *run.model,
+  const Checkpoint part = make_training_checkpoint(run.config, *run.backend, run.model(),
                                                    *run.optimizer, run.progress, run.layout);
   const std::string path =
       run.parallel.multi_rank()
@@ -248,41 +214,30 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 
   const TrainingConfig& tc = config.training;
   const int B = tc.micro_batch_size, T = config.data.seq_len;
-  const int64_t eval_count = tc.eval_interval > 0 ? tc.max_steps / tc.eval_interval + 1 : 1;
-  auto load_data = [&] {
-    run.data = load_training_data(config, tc.max_steps * tc.global_batch_size,
-                                  std::max<int64_t>(1, int64_t(tc.eval_iters) * B * eval_count));
-  };
-  // Rank 0 first: it prepares the corpus when the config asks for it; the others then read it.
-  if (lead) load_data();
-  parallel.host_world().barrier();
-  if (!lead) load_data();
-  spdlog::info("data: {}", run.data.summary);
-
-  run.model = std::make_unique<GPT>(config.model, *run.backend, B, T,
-                                    ParallelLayout{layout.tp, layout.tp_rank}, &parallel.tp(),
-                                    zero_memory_multiple(layout.dp, layout.zero));
-  run.model->init_weights(tc.seed);
+  run.task = make_training_task(config, *run.backend, parallel);
+  spdlog::info("data: {}", run.task->data_summary());
+  TrainableModel& model = run.model();
+  model.init_weights(tc.seed);
   if (!options.init_from.empty()) {
     COLLAGE_CHECK(options.resume.empty(),
                   "--init-from {} and --resume {}: a run either continues a checkpoint or starts "
                   "from its weights, not both",
                   options.init_from, options.resume);
     load_checkpoint_weights(resolve_resume(options.init_from, checkpoint_dir(config)), config,
-                            *run.backend, *run.model);
+                            *run.backend, model);
   }
   // After the weights: fp32-master's master copy starts as them.
-  run.optimizer = make_optimizer(config, *run.backend, *run.model, layout);
+  run.optimizer = make_optimizer(config, *run.backend, model, layout);
   // What this rank allocated, read from the arenas themselves.
-  const MemoryReport memory = measure_memory(*run.model, *run.optimizer, layout.dp, layout.zero);
+  const MemoryReport memory = measure_memory(model, *run.optimizer, layout.dp, layout.zero);
   spdlog::info(
       "{}", format_memory_report(memory, fmt::format("memory of rank {} of {}", layout.world_rank,
                                                      layout.world_size)));
 
   if (!options.resume.empty()) {
-    run.progress = restore_training_checkpoint(
-        resolve_resume(options.resume, checkpoint_dir(config)), config, *run.backend, *run.model,
-        *run.optimizer, options.convert_precision);
+    run.progress =
+        restore_training_checkpoint(resolve_resume(options.resume, checkpoint_dir(config)), config,
+                                    *run.backend, model, *run.optimizer, options.convert_precision);
   }
   int64_t& step = run.progress.step;
   int64_t& consumed_samples = run.progress.consumed_samples;
@@ -295,12 +250,8 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     if (metrics) metrics->write(record);
   };
 
-  run.window.resize(T + 1);
-  run.tokens.resize(int64_t(B) * T);
-  run.targets.resize(int64_t(B) * T);
-  const int micro_batches = run.micro_batches_per_step();
-  const double tokens_per_step = double(tc.global_batch_size) * T;
-  const float dloss = static_cast<float>(1.0 / tokens_per_step);  // mean over the global batch
+  const int micro_batches = tc.global_batch_size / (B * layout.dp);
+  const double tokens_per_step = run.task->tokens_per_step();
 
   TrainResult result;
   ProgressBar progress(lead ? config.logging.progress : "off", step + 1, tc.max_steps);
@@ -314,8 +265,10 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
                              {"precision", precision_name(config.optimizer.precision)},
                              {"bytes_per_parameter", memory.bytes_per_parameter()}};
     if (tc.eval_interval > 0) {
-      record["val_loss"] = result.last_val_loss = run.validation_loss();
-      spdlog::info("step {:>6}/{} | val loss {:.4f}", 0, tc.max_steps, result.last_val_loss);
+      const TaskFigures val = run.task->validate();
+      record["val_loss"] = result.last_val_loss = val.loss;
+      record.update(val.metrics);
+      spdlog::info("step {:>6}/{} | val loss {:.4f}{}", 0, tc.max_steps, val.loss, val.text);
     }
     write_metrics(record);
   }
@@ -323,19 +276,10 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     const int64_t t = step + 1;
     const auto start = Clock::now();
     const CommTraffic tp_before = parallel.tp_traffic, dp_before = parallel.dp_traffic;
-    run.model->zero_gradients();
-    double loss_sum = 0;
-    for (int micro = 0; micro < micro_batches; micro++) {
-      run.load_batch(run.data.train,
-                     micro_batch_sample_indices(consumed_samples, B, layout.dp, layout.dp_rank,
-                                                run.data.train.size));
-      consumed_samples += int64_t(B) * layout.dp;
-      loss_sum += run.model->forward(run.tokens.data(), run.targets.data(), B).sum;
-      run.model->backward(dloss);
-    }
+    const TaskFigures train = run.task->train_step(consumed_samples);
+    consumed_samples += tc.global_batch_size;
     run.reduce_gradients();
-    parallel.host_dp().all_reduce_sum(&loss_sum, 1);
-    const double loss = loss_sum / tokens_per_step;
+    const double loss = train.loss;
     if (!std::isfinite(loss)) {
       progress.clear();
       fail(
@@ -354,7 +298,7 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     }
     if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip) {
       const ParameterRegion region = run.update_region();
-      run.backend->scale(run.model->gradient_memory() + region.begin,
+      run.backend->scale(model.gradient_memory() + region.begin,
                          float(config.optimizer.grad_clip / grad_norm), region.size());
     }
     const double lr = learning_rate(config.optimizer, t);
@@ -375,6 +319,7 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
                              {"tokens_per_s", tokens_per_step / step_seconds},
                              {"ms_per_step", 1e3 * step_seconds},
                              {"consumed_samples", consumed_samples}};
+    record.update(train.metrics);
     if (parallel.multi_rank()) {
       record["comm_tp_bytes"] = tp_bytes;
       record["comm_dp_bytes"] = dp_bytes;
@@ -395,16 +340,19 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       }
     }
     const bool evaluate = tc.eval_interval > 0 && (t % tc.eval_interval == 0 || t == tc.max_steps);
+    TaskFigures val;
     if (evaluate) {
-      record["val_loss"] = result.last_val_loss = run.validation_loss();
+      val = run.task->validate();
+      record["val_loss"] = result.last_val_loss = val.loss;
+      record.update(val.metrics);
     }
     if (t % tc.log_interval == 0 || evaluate || t == tc.max_steps) {
       progress.clear();
       spdlog::info(
-          "step {:>6}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f}{} | {:.0f} tok/s | "
+          "step {:>6}/{} | loss {:.4f}{}{} | lr {:.3e} | grad norm {:.3f}{} | {:.0f} tok/s | "
           "{:.0f} ms/step{}",
-          t, tc.max_steps, loss,
-          evaluate ? fmt::format(" | val loss {:.4f}", result.last_val_loss) : "", lr, grad_norm,
+          t, tc.max_steps, loss, train.text,
+          evaluate ? fmt::format(" | val loss {:.4f}{}", val.loss, val.text) : "", lr, grad_norm,
           config.optimizer.edq ? edq_summary(edq_figures(edq.total)) : "",
           tokens_per_step / step_seconds, 1e3 * step_seconds,
           comm_summary(layout, tp_bytes, dp_bytes));

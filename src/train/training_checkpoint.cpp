@@ -20,9 +20,9 @@ namespace fs = std::filesystem;
 
 bool saves_checkpoint_part(const RankLayout& layout) { return layout.dp_rank == 0 || layout.zero; }
 
-Checkpoint make_training_checkpoint(const Config& config, Backend& backend, const GPT& model,
-                                    const Optimizer& optimizer, const TrainingProgress& progress,
-                                    const RankLayout& layout) {
+Checkpoint make_training_checkpoint(const Config& config, Backend& backend,
+                                    const TrainableModel& model, const Optimizer& optimizer,
+                                    const TrainingProgress& progress, const RankLayout& layout) {
   Checkpoint ckpt;
   ckpt.step = progress.step;
   nlohmann::json components = nlohmann::json::array();
@@ -154,7 +154,7 @@ std::vector<SavedPart> load_parts(const Checkpoint& top) {
 WholeTensors assemble(const std::vector<SavedPart>& parts, const std::string& path,
                       const ModelConfig& model, int saved_tp, Precision precision,
                       bool with_state) {
-  const std::vector<ParameterInfo> table = gpt_parameter_table(model, saved_tp);
+  const std::vector<ParameterInfo> table = model_parameter_table(model, saved_tp);
   int64_t rank_elements = 0;  // each tensor-parallel rank's parameter memory
   for (const ParameterInfo& info : table) rank_elements += info.numel;
   WholeTensors whole;
@@ -255,11 +255,11 @@ SavedRun read_saved_run(const std::string& path, const ModelConfig& model, bool 
 
 // This rank's shard of every saved tensor, in the model's parameter memory order: the weights,
 // and (with_state) each optimizer state component of the saved strategy.
-HostTrainingState cut_for_model(const SavedRun& run, const ModelConfig& config, const GPT& model,
-                                bool with_state) {
+HostTrainingState cut_for_model(const SavedRun& run, const ModelConfig& config,
+                                const TrainableModel& model, bool with_state) {
   const ParallelLayout layout = model.layout();
   std::map<std::string, int64_t> saved_rows;
-  for (const ParameterInfo& info : gpt_parameter_table(config, run.tp))
+  for (const ParameterInfo& info : model_parameter_table(config, run.tp))
     saved_rows[info.name] = info.full_shape[0];
   const int64_t n = model.num_parameters();
   HostTrainingState state{run.precision, std::vector<bf16>(n), {}};
@@ -283,7 +283,7 @@ HostTrainingState cut_for_model(const SavedRun& run, const ModelConfig& config, 
 }  // namespace
 
 void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
-                             GPT& model) {
+                             TrainableModel& model) {
   const SavedRun run = read_saved_run(path, config.model, /*with_state=*/false);
   const HostTrainingState state = cut_for_model(run, config.model, model, /*with_state=*/false);
   backend.copy_to_device(model.parameter_memory(), state.params.data(),
@@ -295,8 +295,8 @@ void load_checkpoint_weights(const std::string& path, const Config& config, Back
 }
 
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
-                                             Backend& backend, GPT& model, Optimizer& optimizer,
-                                             bool convert_precision) {
+                                             Backend& backend, TrainableModel& model,
+                                             Optimizer& optimizer, bool convert_precision) {
   const SavedRun run = read_saved_run(path, config.model, /*with_state=*/true);
   const Checkpoint& top = run.top;
   const std::string& saved_name = run.precision_name;

@@ -15,7 +15,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "dist/comm.h"
-#include "model/gpt.h"
+#include "model/trainable_model.h"
 #include "optim/edq.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
@@ -35,8 +35,9 @@ bool saves_checkpoint_part(const RankLayout& layout);
 
 // This rank's part. Its metadata holds the run's (step, counters, config, layout) and, under
 // "part", the rank's place (tp_rank, dp_rank, state_begin).
-Checkpoint make_training_checkpoint(const Config& config, Backend& backend, const GPT& model,
-                                    const Optimizer& optimizer, const TrainingProgress& progress,
+Checkpoint make_training_checkpoint(const Config& config, Backend& backend,
+                                    const TrainableModel& model, const Optimizer& optimizer,
+                                    const TrainingProgress& progress,
                                     const RankLayout& layout = {});
 
 // A multi-rank save: every rank calls it with its part (ignored when !saves_checkpoint_part);
@@ -50,14 +51,14 @@ std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
 // run from another's weights with a fresh optimizer state, schedule and data position (BERT's
 // phase 2 starts from phase 1 this way). Construct the optimizer after it.
 void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
-                             GPT& model);
+                             TrainableModel& model);
 
 // Loads `path` (a single checkpoint or a set's manifest, saved at any layout) into the model
 // and optimizer (already constructed from `config` for this rank) and returns the progress it
 // records. A checkpoint of another optimizer.precision is refused, naming both strategies and
 // --convert-precision, unless convert_precision is set: then its state is converted.
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
-                                             Backend& backend, GPT& model, Optimizer& optimizer,
-                                             bool convert_precision);
+                                             Backend& backend, TrainableModel& model,
+                                             Optimizer& optimizer, bool convert_precision);
 
 }  // namespace collage

@@ -53,6 +53,21 @@ TEST(ConfigRoundTrip, AwkwardValuesSurvive) {
   p.data.vocab_file = "true";
   p.data.merges_file = "null";
   EXPECT_EQ(roundtrip(p), p) << config_to_yaml(p);
+
+  // An encoder's data keys, with a one-element and an empty id list.
+  Config e;
+  e.model.arch = "roberta";
+  e.model.vocab_size = 50265;
+  e.data.hdf5_train = "data/roberta train";
+  e.data.hdf5_valid = "yes";
+  e.data.max_predictions = 80;
+  e.data.seq_len = 512;
+  e.data.dynamic_masking = true;
+  e.data.mask_token_id = 50264;
+  e.data.special_token_ids = {50264};
+  EXPECT_EQ(roundtrip(e), e) << config_to_yaml(e);
+  e.data.special_token_ids = {};
+  EXPECT_EQ(roundtrip(e), e) << config_to_yaml(e);
 }
 
 TEST(ConfigRoundTrip, WritesEveryKey) {
@@ -67,6 +82,7 @@ TEST(ConfigRoundTrip, WritesEveryKey) {
                            "  datasets:\n    - prefix: d\n      weight: 1\n",
                            "  prepare_from: []\n",
                            "  vocab_file: \"\"\n",
+                           "  special_token_ids: [0, 100, 101, 102, 103]\n",
                            "training:\n",
                            "  max_steps: 1000\n",
                            "optimizer:\n",
@@ -84,11 +100,11 @@ TEST(ConfigRoundTrip, WritesEveryKey) {
                            "  dir: \"\"\n",
                            "  keep: 3\n"})
     EXPECT_NE(yaml.find(line), std::string::npos) << "missing " << line << " in\n" << yaml;
-  // 57 keys, each on its own line under its section (datasets takes two more per source).
+  // 64 keys, each on its own line under its section (datasets takes two more per source).
   size_t key_lines = 0;
   for (size_t pos = 0; (pos = yaml.find("\n  ", pos)) != std::string::npos; pos++)
     if (yaml[pos + 3] != ' ') key_lines++;
-  EXPECT_EQ(key_lines, 57u) << yaml;
+  EXPECT_EQ(key_lines, 64u) << yaml;
   EXPECT_EQ(roundtrip(c), c);
 }
 

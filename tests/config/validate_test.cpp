@@ -184,6 +184,37 @@ TEST(ConfigValidate, RejectsBadDataSections) {
             "t.yaml: data.prepare_from: builds a single dataset, but data.datasets lists 2");
 }
 
+TEST(ConfigValidate, RejectsBadEncoderDataSections) {
+  auto encoder = [](const std::string& data) {
+    return error_of("model:\n  arch: bert\n  vocab_size: 1000\ndata:\n  seq_len: 128\n" + data);
+  };
+  EXPECT_EQ(encoder(""),
+            "t.yaml: data.hdf5_train: required for model.arch bert: a .hdf5 file or a directory "
+            "of them");
+  EXPECT_EQ(encoder("  hdf5_train: d\n  datasets: a\n"),
+            "t.yaml: data.datasets: is for GPT (Megatron .bin/.idx); model.arch bert reads "
+            "data.hdf5_train and data.hdf5_valid");
+  EXPECT_EQ(encoder("  hdf5_train: d\n  max_predictions: 129\n"),
+            "t.yaml: data.max_predictions: 129 is not in [1, data.seq_len = 128]");
+  EXPECT_EQ(encoder("  hdf5_train: d\n  mask_token_id: 1000\n"),
+            "t.yaml: data.mask_token_id: 1000 is not a token id below model.vocab_size 1000");
+  EXPECT_EQ(encoder("  hdf5_train: d\n  special_token_ids: [0, -1]\n"),
+            "t.yaml: data.special_token_ids[1]: -1 is not a token id below model.vocab_size 1000");
+  EXPECT_EQ(encoder("  hdf5_train: d\n  merges_file: m\n"),
+            "t.yaml: data.merges_file: is GPT-2 BPE's; model.arch bert prepares text with "
+            "WordPiece (data.vocab_file)");
+  EXPECT_EQ(encoder("  hdf5_train: d\n  hdf5_valid: v\n  prepare_valid_from: [v.txt]\n"),
+            "t.yaml: data.prepare_valid_from: needs data.prepare_from (the training text)");
+  EXPECT_EQ(encoder("  hdf5_train: d\n  prepare_from: [t.txt]\n  prepare_valid_from: [v.txt]\n"),
+            "t.yaml: data.prepare_valid_from: needs data.hdf5_valid (where to write it)");
+  // And the encoders' keys in a GPT config.
+  EXPECT_EQ(error_of("data:\n  datasets: a\n  hdf5_train: d\n"),
+            "t.yaml: data.hdf5_train: is for the encoders (model.arch bert | roberta); a GPT "
+            "reads data.datasets");
+  EXPECT_EQ(error_of("data:\n  datasets: a\n  dynamic_masking: true\n"),
+            "t.yaml: data.dynamic_masking: is for the encoders (model.arch bert | roberta)");
+}
+
 TEST(ConfigValidate, ParseSplitNormalisesLikeMegatron) {
   auto expect_split = [](const std::string& s, double a, double b, double c) {
     std::array<double, 3> got = parse_split(s);

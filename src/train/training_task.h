@@ -1,0 +1,57 @@
+#pragma once
+// A training task: what the training loop (trainer.cpp) leaves to the architecture — the data,
+// the model's forward and backward with the loss's gradient scale, and validation. The loop
+// owns everything that is the same for every model: gradient reduction over the ranks,
+// clipping, the schedule, the optimizer step, logging, checkpoints.
+//
+//   GPT          (gpt_task.cpp)      Megatron .bin/.idx samples, next-token loss
+//   BERT/RoBERTa (encoder_task.cpp)  HDF5 shards, masked-LM (+ next-sentence) loss
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/trainable_model.h"
+#include "train/parallel_run.h"
+
+namespace collage {
+
+// One step's training loss or one validation, reduced over the data-parallel ranks.
+struct TaskFigures {
+  double loss = 0;         // the step's loss (what clipping, logs and NaN checks see)
+  nlohmann::json metrics;  // extra metrics.jsonl fields, e.g. {"mlm_loss": ...}
+  std::string text;        // the same for the log line, e.g. " (mlm 6.91 nsp 0.69)"
+};
+
+class TrainingTask {
+ public:
+  virtual ~TrainingTask() = default;
+
+  virtual TrainableModel& model() = 0;
+  virtual std::string data_summary() const = 0;
+  virtual double tokens_per_step() const = 0;  // for tokens/s: global batch × seq_len
+
+  // Zeroes the gradients, then runs this rank's micro-batches of the step whose first sample
+  // is consumed_samples (the global count, the same on every rank): forward and backward,
+  // the gradients accumulating those of the step's loss (a mean over the global batch, summed
+  // over the data-parallel ranks by the loop). Returns the step's loss, reduced over DP.
+  virtual TaskFigures train_step(int64_t consumed_samples) = 0;
+
+  // The validation figures (no dropout), the same on every rank.
+  virtual TaskFigures validate() = 0;
+};
+
+// Loads the data (rank 0 first: it prepares a corpus the config asks for, the others then
+// read it), builds the model for this rank's place in `parallel` and returns the task of
+// config.model.arch. Weights start at zero: the trainer initialises or loads them.
+std::unique_ptr<TrainingTask> make_training_task(const Config& config, Backend& backend,
+                                                 ParallelRun& parallel);
+
+// The two tasks (make_training_task picks one).
+std::unique_ptr<TrainingTask> make_gpt_task(const Config& config, Backend& backend,
+                                            ParallelRun& parallel);
+std::unique_ptr<TrainingTask> make_encoder_task(const Config& config, Backend& backend,
+                                                ParallelRun& parallel);
+
+}  // namespace collage
