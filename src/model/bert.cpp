@@ -1,87 +1,18 @@
-// BERT / RoBERTa: parameters, activations, one micro-batch's forward and backward (bert.h).
+// BERT / RoBERTa: activations, one micro-batch's forward and backward, accuracy (bert.h; the
+// parameter table, views, init and load/save: bert_parameters.cpp).
 #include "model/bert.h"
 
 #include <algorithm>
-#include <cmath>
-#include <string_view>
+#include <limits>
 #include <type_traits>
-#include <unordered_map>
 
 #include "core/error.h"
-#include "model/host_values.h"
-#include "model/weight_init.h"
+#include "model/gpt.h"  // replicated_region(table, tp), shared with the GPT
 
 namespace collage {
 
-namespace {
-
-void validate_bert_config(const ModelConfig& c) {
-  COLLAGE_CHECK(c.arch == "bert" || c.arch == "roberta", "model.arch: '{}' is not an encoder",
-                c.arch);
-  COLLAGE_CHECK(c.n_layer >= 1, "model.n_layer: {} must be >= 1", c.n_layer);
-  COLLAGE_CHECK(c.hidden_size >= 1 && c.n_head >= 1 && c.hidden_size % c.n_head == 0,
-                "model.n_head: {} does not divide model.hidden_size {}", c.n_head, c.hidden_size);
-  COLLAGE_CHECK(c.vocab_size >= 1 && c.type_vocab_size >= 1 && c.max_position_embeddings >= 1,
-                "model: vocab_size {}, type_vocab_size {} and max_position_embeddings {} must be "
-                ">= 1",
-                c.vocab_size, c.type_vocab_size, c.max_position_embeddings);
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-}  // namespace
-
-std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int tp) {
-  validate_bert_config(config);
-  COLLAGE_CHECK(tp == 1, "parallel.tensor_parallel: {} is not supported for model.arch {} yet", tp,
-                config.arch);
-  const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab();
-  std::vector<ParameterInfo> table;
-  int64_t offset = 0;
-  auto add = [&](std::string name, std::vector<int64_t> shape, bool weight_decay) {
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    table.push_back(
-        {std::move(name), shape, numel, offset, weight_decay, TensorSplit::replicated, shape});
-    offset += numel;
-  };
-  add("embeddings.word.weight", {Vp, C}, true);
-  add("embeddings.position.weight", {config.max_position_embeddings, C}, true);
-  add("embeddings.token_type.weight", {config.type_vocab_size, C}, true);
-  add("embeddings.ln.weight", {C}, false);
-  add("embeddings.ln.bias", {C}, false);
-  for (int l = 0; l < config.n_layer; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    add(p + "attn.qkv.weight", {3 * C, C}, true);
-    add(p + "attn.qkv.bias", {3 * C}, false);
-    add(p + "attn.proj.weight", {C, C}, true);
-    add(p + "attn.proj.bias", {C}, false);
-    add(p + "ln_1.weight", {C}, false);
-    add(p + "ln_1.bias", {C}, false);
-    add(p + "mlp.fc1.weight", {F, C}, true);
-    add(p + "mlp.fc1.bias", {F}, false);
-    add(p + "mlp.fc2.weight", {C, F}, true);
-    add(p + "mlp.fc2.bias", {C}, false);
-    add(p + "ln_2.weight", {C}, false);
-    add(p + "ln_2.bias", {C}, false);
-  }
-  add("mlm.dense.weight", {C, C}, true);
-  add("mlm.dense.bias", {C}, false);
-  add("mlm.ln.weight", {C}, false);
-  add("mlm.ln.bias", {C}, false);
-  add("mlm.decoder.bias", {Vp}, false);
-  if (config.arch == "bert") {
-    add("pooler.dense.weight", {C, C}, true);
-    add("pooler.dense.bias", {C}, false);
-    add("nsp.weight", {2, C}, true);
-    add("nsp.bias", {2}, false);
-  }
-  return table;
-}
-
 // Every activation and backward scratch buffer; N = B·T rows, M = B·P labelled rows at most.
+// Shapes per rank: C3l = 3C/tp, Cl = C/tp, Fl = F/tp, Vl = Vp/tp.
 template <typename Storage>
 struct BertT<Storage>::Activations {
   int32_t *ids, *key_mask, *segments, *positions;  // (N) device copies
@@ -95,18 +26,21 @@ struct BertT<Storage>::Activations {
   // MLM head
   Storage *picked, *dense, *dense_gelu, *mlm_ln;  // (M, C)
   float *mlm_mean, *mlm_rstd;
-  Storage* logits;  // (M, Vp)
+  Storage* logits;  // (M, Vl)
   float* mlm_losses;
+  // vocab-parallel cross-entropy (tp > 1 only): row max (M), Σ exp and target logit (2M), the
+  // log-sum-exp the backward reads (M), and mlm_correct()'s all-reduced row values (M)
+  float *row_max = nullptr, *row_sums = nullptr, *row_lse = nullptr, *argmax_scratch = nullptr;
   // NSP head (BERT)
   Storage *cls, *pooled_pre, *pooled;  // (B, C)
   Storage* nsp_logits;                 // (B, 2)
   float* nsp_losses;
   // backward scratch (ops accumulate: zeroed before use)
   Storage *dx, *dx_prev, *dres, *dbranch, *dln;  // (N, C)
-  Storage* dqkv;                                 // (N, 3C)
-  Storage* datty;                                // (N, C)
-  Storage *dfch, *dfch_gelu;                     // (N, F)
-  Storage* dlogits;                              // (M, Vp)
+  Storage* dqkv;                                 // (N, C3l)
+  Storage* datty;                                // (N, Cl)
+  Storage *dfch, *dfch_gelu;                     // (N, Fl)
+  Storage* dlogits;                              // (M, Vl)
   Storage *dmlm_ln, *ddense_gelu, *ddense, *dpicked;
   Storage *dnsp_logits, *dpooled, *dpooled_pre, *dcls;
 };
@@ -128,8 +62,15 @@ BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int
       HS_(config.head_size()),
       F_(config.ffn()),
       V_(config.vocab_size),
-      Vp_(config.padded_vocab()) {
-  table_ = bert_parameter_table(config, layout.tp);
+      Vp_(config.padded_vocab(layout.tp)) {
+  table_ = bert_parameter_table(config, layout.tp);  // validates the config and tp
+  COLLAGE_CHECK(layout.tp_rank >= 0 && layout.tp_rank < layout.tp,
+                "BERT: tensor-parallel rank {} outside [0, {})", layout.tp_rank, layout.tp);
+  COLLAGE_CHECK(layout.tp == 1 || (tensor_parallel && tensor_parallel->size() == layout.tp &&
+                                   tensor_parallel->rank() == layout.tp_rank),
+                "BERT: parallel.tensor_parallel {} needs the tensor-parallel group's Comm of {} "
+                "ranks with this rank {} in it",
+                layout.tp, layout.tp, layout.tp_rank);
   COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
   COLLAGE_CHECK(max_predictions >= 1 && max_predictions <= seq_len,
                 "data.max_predictions: {} must be in [1, data.seq_len = {}]", max_predictions,
@@ -140,9 +81,14 @@ BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int
   COLLAGE_CHECK(seq_len >= 1 && positions_needed <= config.max_position_embeddings,
                 "data.seq_len: {} needs {} positions, more than model.max_position_embeddings {}",
                 seq_len, positions_needed, config.max_position_embeddings);
+  local_heads_ = NH_ / layout.tp;
+  local_ffn_ = F_ / layout.tp;
+  vocab_begin_ = int64_t{layout.tp_rank} * (Vp_ / layout.tp);
+  vocab_end_ = vocab_begin_ + Vp_ / layout.tp;
   for (const ParameterInfo& info : table_) num_parameters_ += info.numel;
   COLLAGE_CHECK(memory_multiple >= 1, "BERT: memory multiple {} must be >= 1", memory_multiple);
   memory_elements_ = padded_parameter_elements(num_parameters_, memory_multiple);
+  replicated_ = collage::replicated_region(table_, layout.tp);
   const size_t param_bytes = size_t(memory_elements_) * sizeof(Storage);
   param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");
   params_ = param_arena_->take<Storage>(memory_elements_);
@@ -178,8 +124,9 @@ template <typename Storage>
 void BertT<Storage>::plan_activations(const ModelConfig& config, int micro_batch, int seq_len,
                                       int max_predictions, int tp, Arena& arena, Activations& a) {
   const int64_t N = int64_t{micro_batch} * seq_len, M = int64_t{micro_batch} * max_predictions;
-  const int64_t B = micro_batch, C = config.hidden_size, F = config.ffn();
-  const int64_t NH = config.n_head, T = seq_len, Vp = config.padded_vocab(tp);
+  const int64_t B = micro_batch, C = config.hidden_size, T = seq_len;
+  const int64_t C3l = 3 * C / tp, Cl = C / tp, Fl = config.ffn() / tp;
+  const int64_t NHl = config.n_head / tp, Vl = config.padded_vocab(tp) / tp;
   auto take = [&](int64_t count) { return arena.take<Storage>(count); };
   auto take_f32 = [&](int64_t count) { return arena.take<float>(count); };
   auto take_i32 = [&](int64_t count) { return arena.take<int32_t>(count); };
@@ -191,21 +138,25 @@ void BertT<Storage>::plan_activations(const ModelConfig& config, int micro_batch
   a.x0 = take(N * C);
   a.layers.resize(config.n_layer);
   for (LayerActivations& l : a.layers) {
-    l.qkv = take(N * 3 * C), l.atty = take(N * C), l.lse = take_f32(B * NH * T);
+    l.qkv = take(N * C3l), l.atty = take(N * Cl), l.lse = take_f32(B * NHl * T);
     l.res1 = take(N * C), l.ln1 = take(N * C), l.ln1_mean = take_f32(N), l.ln1_rstd = take_f32(N);
-    l.fch = take(N * F), l.fch_gelu = take(N * F);
+    l.fch = take(N * Fl), l.fch_gelu = take(N * Fl);
     l.res2 = take(N * C), l.ln2 = take(N * C), l.ln2_mean = take_f32(N), l.ln2_rstd = take_f32(N);
   }
   a.branch = take(N * C);
   a.picked = take(M * C), a.dense = take(M * C), a.dense_gelu = take(M * C);
   a.mlm_ln = take(M * C), a.mlm_mean = take_f32(M), a.mlm_rstd = take_f32(M);
-  a.logits = take(M * Vp), a.mlm_losses = take_f32(M);
+  a.logits = take(M * Vl), a.mlm_losses = take_f32(M);
+  if (tp > 1) {
+    a.row_max = take_f32(M), a.row_sums = take_f32(2 * M), a.row_lse = take_f32(M);
+    a.argmax_scratch = take_f32(M);
+  }
   a.cls = take(B * C), a.pooled_pre = take(B * C), a.pooled = take(B * C);
   a.nsp_logits = take(B * 2), a.nsp_losses = take_f32(B);
   a.dx = take(N * C), a.dx_prev = take(N * C), a.dres = take(N * C), a.dbranch = take(N * C);
-  a.dln = take(N * C), a.dqkv = take(N * 3 * C), a.datty = take(N * C);
-  a.dfch = take(N * F), a.dfch_gelu = take(N * F);
-  a.dlogits = take(M * Vp);
+  a.dln = take(N * C), a.dqkv = take(N * C3l), a.datty = take(N * Cl);
+  a.dfch = take(N * Fl), a.dfch_gelu = take(N * Fl);
+  a.dlogits = take(M * Vl);
   a.dmlm_ln = take(M * C), a.ddense_gelu = take(M * C), a.ddense = take(M * C);
   a.dpicked = take(M * C);
   a.dnsp_logits = take(B * 2), a.dpooled = take(B * C), a.dpooled_pre = take(B * C);
@@ -213,78 +164,18 @@ void BertT<Storage>::plan_activations(const ModelConfig& config, int micro_batch
 }
 
 template <typename Storage>
-typename BertT<Storage>::Weights BertT<Storage>::bind_weights(Storage* base) const {
-  std::unordered_map<std::string, Storage*> by_name;
-  for (const ParameterInfo& info : table_) by_name[info.name] = base + info.offset;
-  auto at = [&](const std::string& name) {
-    auto it = by_name.find(name);
-    return it == by_name.end() ? nullptr : it->second;
-  };
-  Weights w;
-  w.word = at("embeddings.word.weight");
-  w.position = at("embeddings.position.weight");
-  w.token_type = at("embeddings.token_type.weight");
-  w.emb_ln_w = at("embeddings.ln.weight");
-  w.emb_ln_b = at("embeddings.ln.bias");
-  for (int l = 0; l < config_.n_layer; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    w.layers.push_back({at(p + "attn.qkv.weight"), at(p + "attn.qkv.bias"),
-                        at(p + "attn.proj.weight"), at(p + "attn.proj.bias"), at(p + "ln_1.weight"),
-                        at(p + "ln_1.bias"), at(p + "mlp.fc1.weight"), at(p + "mlp.fc1.bias"),
-                        at(p + "mlp.fc2.weight"), at(p + "mlp.fc2.bias"), at(p + "ln_2.weight"),
-                        at(p + "ln_2.bias")});
-  }
-  w.mlm_dense_w = at("mlm.dense.weight");
-  w.mlm_dense_b = at("mlm.dense.bias");
-  w.mlm_ln_w = at("mlm.ln.weight");
-  w.mlm_ln_b = at("mlm.ln.bias");
-  w.decoder_b = at("mlm.decoder.bias");
-  w.pooler_w = at("pooler.dense.weight");
-  w.pooler_b = at("pooler.dense.bias");
-  w.nsp_w = at("nsp.weight");
-  w.nsp_b = at("nsp.bias");
-  return w;
-}
-
-template <typename Storage>
-void BertT<Storage>::init_weights(uint64_t seed) {
-  std::vector<float> host(size_t(num_parameters_), 0.0f);
-  for (size_t i = 0; i < table_.size(); i++) {
-    const ParameterInfo& info = table_[i];
-    float* out = host.data() + info.offset;
-    if (ends_with(info.name, ".bias")) continue;  // zeros
-    if (ends_with(info.name, "ln.weight") || ends_with(info.name, "ln_1.weight") ||
-        ends_with(info.name, "ln_2.weight")) {
-      std::fill(out, out + info.numel, 1.0f);
-      continue;
-    }
-    std::vector<float> values =
-        normal_bf16_values(tensor_seed(seed, i), info.numel, config_.init_std);
-    if (info.name == "embeddings.word.weight")  // vocab padding rows stay zero
-      std::fill(values.begin() + int64_t{V_} * C_, values.end(), 0.0f);
-    std::copy(values.begin(), values.end(), out);
-  }
-  load_parameters(host.data());
-}
-
-template <typename Storage>
-void BertT<Storage>::load_parameters(const float* host_values) {
-  upload_values(backend_, params_, host_values, num_parameters_);
-}
-
-template <typename Storage>
-void BertT<Storage>::save_parameters(float* host_values) const {
-  download_values(backend_, host_values, params_, num_parameters_);
-}
-
-template <typename Storage>
-void BertT<Storage>::zero_gradients() {
-  backend_.zero(grads_, size_t(memory_elements_) * sizeof(Storage));
-}
-
-template <typename Storage>
 void BertT<Storage>::all_reduce_replicated_gradients() {
-  // tp = 1: every tensor is this rank's alone.
+  if (layout_.tp == 1 || replicated_.size() == 0) return;
+  // Every TP rank computed these from the same replicated activations; averaging keeps the
+  // copies identical (as GptT).
+  Storage* replicated = grads_ + replicated_.begin;
+  tp_comm_->all_reduce_sum(replicated, replicated_.size());
+  backend_.scale(replicated, 1.0f / float(layout_.tp), replicated_.size());
+}
+
+template <typename Storage>
+void BertT<Storage>::all_reduce_tp(Storage* data, int64_t n) {
+  if (layout_.tp > 1) tp_comm_->all_reduce_sum(data, n);
 }
 
 // Dropout sites of one micro-batch: 0 the embeddings; per layer 3l + 1 the attention
@@ -311,6 +202,82 @@ void BertT<Storage>::dropout_backward(Storage* dinp, const Storage* dout, int64_
   backend_.dropout_backward(dinp, dout, n, p, dropout_seed_, dropout_offset(site));
 }
 
+// The attention op numbers probability (b, h, i, j) offset + ((b·NH + h)·T + i)·T + j with h
+// counted among the heads it is given. At tp = 1 those are all heads, so one call draws the
+// masks. A TP rank holds global heads [r·NHl, (r + 1)·NHl): called per sequence b (B = 1, on
+// that sequence's slices), the op numbers (h_local·T + i)·T + j from its offset, and starting
+// that offset at (b·NH + r·NHl)·T·T gives exactly the global index of tp = 1.
+template <typename Storage>
+void BertT<Storage>::attention_forward(LayerActivations& la, int B, int l) {
+  const Activations& a = *acts_;
+  const int T = seq_len_, NHl = local_heads_, HS = HS_;
+  const float p = config_.attention_dropout;
+  if (!last_dropout_ || p == 0.0f) {
+    backend_.attention_forward(la.atty, la.lse, la.qkv, a.key_mask, false, B, T, NHl, HS);
+    return;
+  }
+  const uint64_t site = dropout_offset(3 * l + 1);
+  if (layout_.tp == 1) {
+    backend_.attention_forward_dropout(la.atty, la.lse, la.qkv, a.key_mask, false, B, T, NHl, HS, p,
+                                       dropout_seed_, site);
+    return;
+  }
+  const int64_t C3l = 3 * int64_t{NHl} * HS, Cl = int64_t{NHl} * HS;
+  for (int b = 0; b < B; b++) {
+    const uint64_t first_head = uint64_t(b) * NH_ + uint64_t(layout_.tp_rank) * NHl;
+    backend_.attention_forward_dropout(la.atty + b * T * Cl, la.lse + int64_t{b} * NHl * T,
+                                       la.qkv + b * T * C3l, a.key_mask + int64_t{b} * T, false, 1,
+                                       T, NHl, HS, p, dropout_seed_,
+                                       site + first_head * uint64_t(T) * uint64_t(T));
+  }
+}
+
+template <typename Storage>
+void BertT<Storage>::attention_backward(const LayerActivations& la, int B, int l) {
+  const Activations& a = *acts_;
+  const int T = seq_len_, NHl = local_heads_, HS = HS_;
+  const float p = config_.attention_dropout;
+  if (!last_dropout_ || p == 0.0f) {
+    backend_.attention_backward(a.dqkv, a.datty, la.atty, la.qkv, la.lse, a.key_mask, false, B, T,
+                                NHl, HS);
+    return;
+  }
+  const uint64_t site = dropout_offset(3 * l + 1);
+  if (layout_.tp == 1) {
+    backend_.attention_backward_dropout(a.dqkv, a.datty, la.atty, la.qkv, la.lse, a.key_mask, false,
+                                        B, T, NHl, HS, p, dropout_seed_, site);
+    return;
+  }
+  const int64_t C3l = 3 * int64_t{NHl} * HS, Cl = int64_t{NHl} * HS;
+  for (int b = 0; b < B; b++) {  // per sequence, as attention_forward
+    const uint64_t first_head = uint64_t(b) * NH_ + uint64_t(layout_.tp_rank) * NHl;
+    backend_.attention_backward_dropout(
+        a.dqkv + b * T * C3l, a.datty + b * T * Cl, la.atty + b * T * Cl, la.qkv + b * T * C3l,
+        la.lse + int64_t{b} * NHl * T, a.key_mask + int64_t{b} * T, false, 1, T, NHl, HS, p,
+        dropout_seed_, site + first_head * uint64_t(T) * uint64_t(T));
+  }
+}
+
+template <typename Storage>
+void BertT<Storage>::mlm_loss_forward(int M) {
+  Activations& a = *acts_;
+  BackendT<Storage>& be = backend_;
+  const int Vl = Vp_ / layout_.tp;
+  if (layout_.tp == 1) {
+    be.cross_entropy_forward(a.mlm_losses, a.logits, a.mlm_targets, M, V_, Vp_);
+    return;
+  }
+  // Vocab-parallel (Megatron, as the GPT's loss): the row max over every rank's columns, then
+  // Σ exp(x − max) and the target's logit (owned by one rank, 0 on the others) summed over the
+  // ranks; the log-sum-exp stays in row_lse for the backward.
+  be.cross_entropy_shard_max(a.row_max, a.logits, M, V_, Vl, vocab_begin_);
+  tp_comm_->all_reduce_max(a.row_max, M);
+  be.cross_entropy_shard_sums(a.row_sums, a.logits, a.mlm_targets, a.row_max, M, V_, Vl,
+                              vocab_begin_);
+  tp_comm_->all_reduce_sum(a.row_sums, 2 * int64_t{M});
+  be.cross_entropy_shard_loss(a.mlm_losses, a.row_lse, a.row_max, a.row_sums, a.mlm_targets, M);
+}
+
 template <typename Storage>
 typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, int B, bool dropout,
                                                       uint64_t dropout_seed,
@@ -321,7 +288,9 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
       batch.input_ids && batch.input_mask && batch.segment_ids && batch.masked_lm_positions &&
           batch.masked_lm_ids && (!nsp_ || batch.next_sentence_labels),
       "BERT forward: the batch lacks a tensor{}", nsp_ ? " (BERT needs next_sentence_labels)" : "");
-  const int T = seq_len_, P = max_predictions_, C = C_, F = F_;
+  const int T = seq_len_, P = max_predictions_, C = C_;
+  const int C3l = 3 * C / layout_.tp, Cl = C / layout_.tp, Fl = local_ffn_;
+  const int Vl = Vp_ / layout_.tp;
   const int64_t N = int64_t{B} * T;
   const float eps = config_.layernorm_eps;
   const Weights& w = weights_;
@@ -377,8 +346,13 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
     be.copy_to_device(a.mlm_targets, host_mlm_targets_.data(), M * sizeof(int32_t));
   }
 
-  // Embeddings: three lookups summed, layernorm, dropout.
-  be.embedding_forward(a.emb, a.ids, w.word, nullptr, B, T, C, 0, Vp_);
+  // Embeddings: three lookups summed, layernorm, dropout. The word lookup is vocab-parallel:
+  // each rank fills the rows of the tokens it owns (zeros elsewhere), and the all-reduce, which
+  // adds only zeros to each row, gives tp = 1's lookup exactly. The replicated positions and
+  // token types are added after it, once, identically on every rank: the embeddings then equal
+  // tp = 1's bit for bit (adding them on rank 0 before the all-reduce would round differently).
+  be.embedding_forward(a.emb, a.ids, w.word, nullptr, B, T, C, vocab_begin_, vocab_end_);
+  all_reduce_tp(a.emb, N * C);
   be.embedding_forward(a.branch, a.positions, w.position, nullptr, B, T, C, 0,
                        config_.max_position_embeddings);
   be.add(a.emb, a.emb, a.branch, N * C);
@@ -388,25 +362,24 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
   be.layernorm_forward(a.x0, a.emb_mean, a.emb_rstd, a.emb, w.emb_ln_w, w.emb_ln_b, N, C, eps);
   dropout_forward(a.x0, N * C, config_.hidden_dropout, 0);
 
-  const Storage* x = a.x0;  // (N, C) the layer's input
+  // Row-parallel layers (proj, fc2) sum partial products over the TP ranks: the replicated
+  // bias is added by rank 0 only.
+  const bool add_bias = layout_.tp_rank == 0;
+  const Storage* x = a.x0;  // (N, C) the layer's input, replicated
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerWeights& lw = w.layers[l];
     LayerActivations& la = a.layers[l];
-    be.matmul_forward(la.qkv, x, lw.qkv_w, lw.qkv_b, N, C, 3 * C);
-    if (last_dropout_ && config_.attention_dropout > 0) {
-      be.attention_forward_dropout(la.atty, la.lse, la.qkv, a.key_mask, false, B, T, NH_, HS_,
-                                   config_.attention_dropout, dropout_seed_,
-                                   dropout_offset(3 * l + 1));
-    } else {
-      be.attention_forward(la.atty, la.lse, la.qkv, a.key_mask, false, B, T, NH_, HS_);
-    }
-    be.matmul_forward(a.branch, la.atty, lw.proj_w, lw.proj_b, N, C, C);
+    be.matmul_forward(la.qkv, x, lw.qkv_w, lw.qkv_b, N, C, C3l);  // (N, 3C/tp) this rank's heads
+    attention_forward(la, B, l);                                  // atty (N, C/tp)
+    be.matmul_forward(a.branch, la.atty, lw.proj_w, add_bias ? lw.proj_b : nullptr, N, Cl, C);
+    all_reduce_tp(a.branch, N * C);  // (N, C) whole: dropout then draws tp = 1's mask
     dropout_forward(a.branch, N * C, config_.hidden_dropout, 3 * l + 2);
     be.residual_layernorm_forward(la.res1, la.ln1, la.ln1_mean, la.ln1_rstd, x, a.branch, lw.ln1_w,
                                   lw.ln1_b, N, C, eps);
-    be.matmul_forward(la.fch, la.ln1, lw.fc1_w, lw.fc1_b, N, C, F);
-    be.gelu_erf_forward(la.fch_gelu, la.fch, N * F);
-    be.matmul_forward(a.branch, la.fch_gelu, lw.fc2_w, lw.fc2_b, N, F, C);
+    be.matmul_forward(la.fch, la.ln1, lw.fc1_w, lw.fc1_b, N, C, Fl);  // (N, F/tp)
+    be.gelu_erf_forward(la.fch_gelu, la.fch, N * Fl);
+    be.matmul_forward(a.branch, la.fch_gelu, lw.fc2_w, add_bias ? lw.fc2_b : nullptr, N, Fl, C);
+    all_reduce_tp(a.branch, N * C);
     dropout_forward(a.branch, N * C, config_.hidden_dropout, 3 * l + 3);
     be.residual_layernorm_forward(la.res2, la.ln2, la.ln2_mean, la.ln2_rstd, la.ln1, a.branch,
                                   lw.ln2_w, lw.ln2_b, N, C, eps);
@@ -414,15 +387,16 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
   }
 
   Loss loss;
-  // MLM head on the labelled rows; the decoder is the word embedding (tied) plus its bias.
+  // MLM head on the labelled rows, replicated up to the decoder: the word embedding (tied) plus
+  // its bias, both split by vocabulary rows, so each rank computes its Vp/tp logit columns.
   if (M > 0) {
     be.gather_rows(a.picked, x, a.mlm_rows, M, C);
     be.matmul_forward(a.dense, a.picked, w.mlm_dense_w, w.mlm_dense_b, M, C, C);
     be.gelu_erf_forward(a.dense_gelu, a.dense, int64_t{M} * C);
     be.layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.dense_gelu, w.mlm_ln_w, w.mlm_ln_b, M,
                          C, eps);
-    be.matmul_forward(a.logits, a.mlm_ln, w.word, w.decoder_b, M, C, Vp_);
-    be.cross_entropy_forward(a.mlm_losses, a.logits, a.mlm_targets, M, V_, Vp_);
+    be.matmul_forward(a.logits, a.mlm_ln, w.word, w.decoder_b, M, C, Vl);  // (M, Vp/tp)
+    mlm_loss_forward(M);
     loss.mlm_sum = be.sum(a.mlm_losses, M);
     loss.mlm_count = M;
   }
@@ -451,7 +425,9 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
 template <typename Storage>
 void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
   COLLAGE_CHECK(last_B_ > 0, "BERT backward: no forward yet");
-  const int B = last_B_, T = seq_len_, M = last_rows_, C = C_, F = F_;
+  const int B = last_B_, T = seq_len_, M = last_rows_, C = C_;
+  const int C3l = 3 * C / layout_.tp, Cl = C / layout_.tp, Fl = local_ffn_;
+  const int Vl = Vp_ / layout_.tp;
   const int64_t N = int64_t{B} * T;
   const Weights& w = weights_;
   const Weights& g = grad_weights_;
@@ -462,10 +438,16 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
   be.zero(a.dx, nc_bytes);  // gradient of the last layer's output
   if (M > 0) {
     const size_t mc_bytes = size_t(M) * C * sizeof(Storage);
-    be.zero(a.dlogits, size_t(M) * Vp_ * sizeof(Storage));
+    be.zero(a.dlogits, size_t(M) * Vl * sizeof(Storage));
     for (Storage* d : {a.dmlm_ln, a.ddense_gelu, a.ddense, a.dpicked}) be.zero(d, mc_bytes);
-    be.cross_entropy_backward(a.dlogits, a.logits, a.mlm_targets, M, V_, Vp_, dloss_mlm);
-    be.matmul_backward(a.dmlm_ln, g.word, g.decoder_b, a.dlogits, a.mlm_ln, w.word, M, C, Vp_);
+    if (layout_.tp == 1) {
+      be.cross_entropy_backward(a.dlogits, a.logits, a.mlm_targets, M, V_, Vp_, dloss_mlm);
+    } else {
+      be.cross_entropy_shard_backward(a.dlogits, a.logits, a.mlm_targets, a.row_lse, M, V_, Vl,
+                                      vocab_begin_, dloss_mlm);
+    }
+    be.matmul_backward(a.dmlm_ln, g.word, g.decoder_b, a.dlogits, a.mlm_ln, w.word, M, C, Vl);
+    all_reduce_tp(a.dmlm_ln, int64_t{M} * C);  // the decoder is column-parallel (vocab rows)
     be.layernorm_backward(a.ddense_gelu, g.mlm_ln_w, g.mlm_ln_b, a.dmlm_ln, a.dense_gelu,
                           w.mlm_ln_w, a.mlm_mean, a.mlm_rstd, M, C);
     be.gelu_erf_backward(a.ddense, a.dense, a.ddense_gelu, int64_t{M} * C);
@@ -484,23 +466,27 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
     be.scatter_add_rows(a.dx, a.dcls, a.cls_rows, B, C);
   }
 
-  // Layers, last first. dx: the gradient of the layer's output (its ln2).
+  // Layers, last first. dx: the gradient of the layer's output (its ln2), whole on every rank.
+  // The column-parallel layers (fc1, QKV) give partial input gradients: all-reduced before the
+  // residual path's gradient is added.
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     const LayerWeights& lw = w.layers[l];
     const LayerWeights& lg = g.layers[l];
     const LayerActivations& la = a.layers[l];
     const Storage* x_in = l == 0 ? a.x0 : a.layers[l - 1].ln2;
-    for (Storage* d : {a.dres, a.dbranch, a.dln, a.datty, a.dx_prev}) be.zero(d, nc_bytes);
-    be.zero(a.dqkv, nc_bytes * 3);
-    be.zero(a.dfch, size_t(N) * F * sizeof(Storage));
-    be.zero(a.dfch_gelu, size_t(N) * F * sizeof(Storage));
+    for (Storage* d : {a.dres, a.dbranch, a.dln, a.dx_prev}) be.zero(d, nc_bytes);
+    be.zero(a.datty, size_t(N) * Cl * sizeof(Storage));
+    be.zero(a.dqkv, size_t(N) * C3l * sizeof(Storage));
+    be.zero(a.dfch, size_t(N) * Fl * sizeof(Storage));
+    be.zero(a.dfch_gelu, size_t(N) * Fl * sizeof(Storage));
     // x_out = LN2(res2), res2 = ln1 + dropout(fc2(gelu(fc1(ln1))))
     be.layernorm_backward(a.dres, lg.ln2_w, lg.ln2_b, a.dx, la.res2, lw.ln2_w, la.ln2_mean,
                           la.ln2_rstd, N, C);
     dropout_backward(a.dbranch, a.dres, N * C, config_.hidden_dropout, 3 * l + 3);
-    be.matmul_backward(a.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dbranch, la.fch_gelu, lw.fc2_w, N, F, C);
-    be.gelu_erf_backward(a.dfch, la.fch, a.dfch_gelu, N * F);
-    be.matmul_backward(a.dln, lg.fc1_w, lg.fc1_b, a.dfch, la.ln1, lw.fc1_w, N, C, F);
+    be.matmul_backward(a.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dbranch, la.fch_gelu, lw.fc2_w, N, Fl, C);
+    be.gelu_erf_backward(a.dfch, la.fch, a.dfch_gelu, N * Fl);
+    be.matmul_backward(a.dln, lg.fc1_w, lg.fc1_b, a.dfch, la.ln1, lw.fc1_w, N, C, Fl);
+    all_reduce_tp(a.dln, N * C);          // fc1 is column-parallel
     be.accumulate(a.dln, a.dres, N * C);  // the residual path
     // ln1 = LN1(res1), res1 = x_in + dropout(proj(attention(qkv(x_in))))
     be.zero(a.dres, nc_bytes);
@@ -508,56 +494,90 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
     be.layernorm_backward(a.dres, lg.ln1_w, lg.ln1_b, a.dln, la.res1, lw.ln1_w, la.ln1_mean,
                           la.ln1_rstd, N, C);
     dropout_backward(a.dbranch, a.dres, N * C, config_.hidden_dropout, 3 * l + 2);
-    be.matmul_backward(a.datty, lg.proj_w, lg.proj_b, a.dbranch, la.atty, lw.proj_w, N, C, C);
-    if (last_dropout_ && config_.attention_dropout > 0) {
-      be.attention_backward_dropout(a.dqkv, a.datty, la.atty, la.qkv, la.lse, a.key_mask, false, B,
-                                    T, NH_, HS_, config_.attention_dropout, dropout_seed_,
-                                    dropout_offset(3 * l + 1));
-    } else {
-      be.attention_backward(a.dqkv, a.datty, la.atty, la.qkv, la.lse, a.key_mask, false, B, T, NH_,
-                            HS_);
-    }
-    be.matmul_backward(a.dx_prev, lg.qkv_w, lg.qkv_b, a.dqkv, x_in, lw.qkv_w, N, C, 3 * C);
+    be.matmul_backward(a.datty, lg.proj_w, lg.proj_b, a.dbranch, la.atty, lw.proj_w, N, Cl, C);
+    attention_backward(la, B, l);  // dqkv (N, 3C/tp)
+    be.matmul_backward(a.dx_prev, lg.qkv_w, lg.qkv_b, a.dqkv, x_in, lw.qkv_w, N, C, C3l);
+    all_reduce_tp(a.dx_prev, N * C);          // QKV is column-parallel
     be.accumulate(a.dx_prev, a.dres, N * C);  // the residual path
     std::swap(a.dx, a.dx_prev);
   }
 
-  // Embeddings: dx is the gradient of x0 = dropout(LN(emb)).
+  // Embeddings: dx is the gradient of x0 = dropout(LN(emb)), whole on every rank; each rank
+  // accumulates its own vocabulary rows of the word embedding.
   be.zero(a.dln, nc_bytes);
   be.zero(a.dres, nc_bytes);
   dropout_backward(a.dln, a.dx, N * C, config_.hidden_dropout, 0);
   be.layernorm_backward(a.dres, g.emb_ln_w, g.emb_ln_b, a.dln, a.emb, w.emb_ln_w, a.emb_mean,
                         a.emb_rstd, N, C);
-  be.embedding_backward(g.word, nullptr, a.dres, a.ids, B, T, C, 0, Vp_);
+  be.embedding_backward(g.word, nullptr, a.dres, a.ids, B, T, C, vocab_begin_, vocab_end_);
   be.embedding_backward(g.position, nullptr, a.dres, a.positions, B, T, C, 0,
                         config_.max_position_embeddings);
   be.embedding_backward(g.token_type, nullptr, a.dres, a.segments, B, T, C, 0,
                         config_.type_vocab_size);
 }
 
-// argmax over the real vocabulary of each labelled row's logits (host copy).
+template <typename Storage>
+const Storage* BertT<Storage>::mlm_logits() const {
+  return acts_->logits;
+}
+
+// argmax over the real vocabulary of each labelled row's logits (host copy), the first column
+// of the row's maximum as at tp = 1. Under TP each rank holds some columns: the row maximum is
+// all-reduced (max), then the smallest global column holding it (as −column, max-reduced), so
+// ties across shards resolve as at tp = 1. Column ids are exact in fp32 (vocabularies < 2^24).
 template <typename Storage>
 int64_t BertT<Storage>::mlm_correct() const {
-  const int M = last_rows_;
-  std::vector<Storage> logits(size_t(M) * Vp_);
-  if (M > 0) backend_.copy_to_host(logits.data(), acts_->logits, logits.size() * sizeof(Storage));
-  int64_t correct = 0;
+  const int M = last_rows_, Vl = Vp_ / layout_.tp;
+  if (M == 0) return 0;  // the same on every TP rank: no collective is skipped by one alone
+  std::vector<Storage> logits(size_t(M) * Vl);
+  backend_.copy_to_host(logits.data(), acts_->logits, logits.size() * sizeof(Storage));
+  auto value = [&](int r, int64_t j) {  // j: local column
+    const Storage x = logits[size_t(r) * Vl + j];
+    if constexpr (std::is_same_v<Storage, bf16>)
+      return bf16_to_float(x);
+    else
+      return float(x);
+  };
+  // This rank's real columns: global ids [vocab_begin_, min(vocab_end_, V)).
+  const int64_t real_columns = std::clamp<int64_t>(V_ - vocab_begin_, 0, Vl);
+  std::vector<int64_t> best(M, -1);  // local column of the first maximum, -1 when none
+  std::vector<float> row_value(M, -std::numeric_limits<float>::infinity());
   for (int r = 0; r < M; r++) {
-    const Storage* row = logits.data() + int64_t{r} * Vp_;
-    auto value = [&](int j) {
-      if constexpr (std::is_same_v<Storage, bf16>)
-        return bf16_to_float(row[j]);
-      else
-        return float(row[j]);
-    };
-    int best = 0;
-    for (int j = 1; j < V_; j++)
-      if (value(j) > value(best)) best = j;
-    correct += best == host_mlm_targets_[r];
+    for (int64_t j = 0; j < real_columns; j++)
+      if (best[r] < 0 || value(r, j) > value(r, best[r])) best[r] = j;
+    if (best[r] >= 0) row_value[r] = value(r, best[r]);
   }
+  std::vector<int64_t> argmax(M);
+  if (layout_.tp == 1) {
+    for (int r = 0; r < M; r++) argmax[r] = best[r];
+  } else {
+    // The comm works on this backend's memory: reduce through a device buffer.
+    float* scratch = acts_->argmax_scratch;
+    auto all_reduce_max = [&](std::vector<float>& host) {
+      backend_.copy_to_device(scratch, host.data(), size_t(M) * sizeof(float));
+      tp_comm_->all_reduce_max(scratch, M);
+      backend_.copy_to_host(host.data(), scratch, size_t(M) * sizeof(float));
+    };
+    all_reduce_max(row_value);  // the row maximum over every shard
+    for (int r = 0; r < M; r++) {
+      float first = -std::numeric_limits<float>::infinity();  // no column here holds the max
+      for (int64_t j = 0; j < real_columns; j++) {
+        if (value(r, j) == row_value[r]) {
+          first = -float(vocab_begin_ + j);
+          break;
+        }
+      }
+      row_value[r] = first;
+    }
+    all_reduce_max(row_value);  // −(smallest global column holding the maximum)
+    for (int r = 0; r < M; r++) argmax[r] = int64_t(-row_value[r]);
+  }
+  int64_t correct = 0;
+  for (int r = 0; r < M; r++) correct += argmax[r] == host_mlm_targets_[r];
   return correct;
 }
 
+// The NSP logits are replicated: every TP rank counts the same without communicating.
 template <typename Storage>
 int64_t BertT<Storage>::nsp_correct() const {
   if (!nsp_ || last_B_ == 0) return 0;

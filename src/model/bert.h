@@ -14,22 +14,37 @@
 // (Philox, src/backend/elementwise_math.h) keyed by a seed and each element's index, so every
 // backend draws the same masks and a resumed run replays them.
 //
-// Parameter table (PyTorch [out, in] shapes; C hidden, F ffn, Vp padded vocab):
-//   embeddings.word.weight        (Vp, C)   also the MLM decoder's weight (tied)
+// Parameter table (shapes per rank, PyTorch [out, in]; C hidden, F ffn, Vp padded vocab,
+// tp tensor-parallel size; the split in brackets, parameter_info.h):
+//   embeddings.word.weight        (Vp/tp, C)  [rows] also the MLM decoder's weight (tied)
 //   embeddings.position.weight    (max_position_embeddings, C)
 //   embeddings.token_type.weight  (type_vocab_size, C)
 //   embeddings.ln.weight/bias     (C)
-//   h.{l}.attn.qkv.weight/bias    (3C, C) rows [q | k | v], (3C)
-//   h.{l}.attn.proj.weight/bias   (C, C), (C)
+//   h.{l}.attn.qkv.weight/bias    (3C/tp, C), (3C/tp)  [qkv_rows] rows [q | k | v] of the
+//                                                       rank's heads, head h at [h·HS, (h+1)·HS)
+//   h.{l}.attn.proj.weight/bias   (C, C/tp) [columns], (C)
 //   h.{l}.ln_1.weight/bias        (C)       after the attention residual
-//   h.{l}.mlp.fc1.weight/bias     (F, C), (F)
-//   h.{l}.mlp.fc2.weight/bias     (C, F), (C)
+//   h.{l}.mlp.fc1.weight/bias     (F/tp, C), (F/tp)  [rows]
+//   h.{l}.mlp.fc2.weight/bias     (C, F/tp) [columns], (C)
 //   h.{l}.ln_2.weight/bias        (C)       after the MLP residual
 //   mlm.dense.weight/bias         (C, C), (C)
 //   mlm.ln.weight/bias            (C)
-//   mlm.decoder.bias              (Vp)
+//   mlm.decoder.bias              (Vp/tp)   [rows] with the vocabulary
 //   pooler.dense.weight/bias      (C, C), (C)    BERT only
 //   nsp.weight/bias               (2, C), (2)    BERT only
+// Unbracketed tensors are replicated. Vocab padding rows (ids >= vocab_size) start at zero and
+// never receive a gradient.
+//
+// Tensor parallelism (tp > 1) is the GPT's (gpt.h, docs/PARALLEL.md), Megatron's split: QKV (by
+// heads) and fc1 are column-parallel; proj and fc2 row-parallel, one all-reduce of their output
+// in the forward (the replicated bias added by TP rank 0) and one of the column-parallel layers'
+// input gradients in the backward. The word embedding is vocab-parallel (masked lookup +
+// all-reduce) and so are the tied MLM decoder and its loss (all-reduced row max, Σ exp and target
+// logit). Everything else (embedding layernorm, positions and token types, the MLM transform,
+// pooler and NSP) runs whole on every rank on replicated activations. Dropout draws the masks of
+// tp = 1: hidden dropout acts on replicated (N, C) tensors, and attention dropout numbers each
+// probability by its global head. The replicated tensors sit behind the sharded ones in memory
+// (replicated_region()); all_reduce_replicated_gradients() averages their gradients once a step.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -69,12 +84,16 @@ class BertT : public TrainableModelT<Storage> {
 
   // micro_batch: the largest B forward() accepts; seq_len: the T every forward uses;
   // max_predictions: P, the labelled positions per sequence. Parameters start at zero: call
-  // init_weights or load_parameters. layout, tensor_parallel and memory_multiple as GptT's.
+  // init_weights or load_parameters. layout, tensor_parallel and memory_multiple as GptT's:
+  // tp > 1 needs the TP group's Comm on this backend's memory (outliving the model), and the
+  // parameter/gradient memory holds num_parameters() rounded up to memory_multiple (zeros
+  // behind).
   BertT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch, int seq_len,
         int max_predictions, ParallelLayout layout = {}, Comm* tensor_parallel = nullptr,
         int64_t memory_multiple = 1);
 
-  // The activation_bytes() such a model allocates, without a backend (`collage plan`).
+  // The activation_bytes() such a model allocates, without a backend (`collage plan`): the
+  // same activation plan run on a counting Arena. Validates the config like the table.
   static size_t planned_activation_bytes(const ModelConfig& config, int micro_batch, int seq_len,
                                          int max_predictions, int tp = 1);
   ~BertT();  // in bert.cpp, where Activations is complete
@@ -90,9 +109,11 @@ class BertT : public TrainableModelT<Storage> {
   const Storage* parameter_memory() const override { return params_; }
 
   // BERT's init: N(0, init_std) for weights and embeddings, layernorms 1, biases 0, vocab
-  // padding rows 0; per-tensor streams as the GPT's (model/weight_init.h).
+  // padding rows 0; per-tensor streams as the GPT's (model/weight_init.h), drawn for the whole
+  // tensor, so the values do not depend on tp (each rank takes its shard).
   void init_weights(uint64_t seed) override;
-  void load_parameters(const float* host_values);  // num_parameters() floats, table order
+  // This rank's shards: num_parameters() floats, each tensor at its table offset.
+  void load_parameters(const float* host_values);
   void save_parameters(float* host_values) const;
 
   // One micro-batch. dropout: whether to drop (training) and the key of this micro-batch's
@@ -108,9 +129,14 @@ class BertT : public TrainableModelT<Storage> {
   void all_reduce_replicated_gradients() override;
 
   // Of the last forward: how many labelled tokens (and, BERT, sequences) the model predicted
-  // right (argmax over the real vocabulary). Copies the logits to the host: for evaluation.
+  // right (argmax over the real vocabulary, the first of equal maxima). Copies the logits to the
+  // host: for evaluation. Under TP the argmax spans every rank's shard (two all-reduces of M
+  // floats, so every TP rank must call mlm_correct() together) and every rank gets the count.
   int64_t mlm_correct() const;
   int64_t nsp_correct() const;
+  // The last forward's MLM logits, (M, Vp/tp) on the device: M labelled rows in batch order,
+  // this rank's vocabulary columns [tp_rank·Vp/tp, (tp_rank + 1)·Vp/tp).
+  const Storage* mlm_logits() const;
 
   size_t parameter_bytes() const override { return param_arena_->capacity(); }
   size_t gradient_bytes() const override { return grad_arena_->capacity(); }
@@ -132,15 +158,15 @@ class BertT : public TrainableModelT<Storage> {
     Storage *mlm_dense_w, *mlm_dense_b, *mlm_ln_w, *mlm_ln_b, *decoder_b;
     Storage *pooler_w = nullptr, *pooler_b = nullptr, *nsp_w = nullptr, *nsp_b = nullptr;
   };
-  struct LayerActivations {
-    Storage* qkv;   // (N, 3C)
-    Storage* atty;  // (N, C)
-    float* lse;     // (B, NH, T)
-    Storage* res1;  // (N, C) x + attention branch
-    Storage* ln1;   // (N, C)
+  struct LayerActivations {  // per rank: NH/tp heads, F/tp ffn columns
+    Storage* qkv;            // (N, 3C/tp)
+    Storage* atty;           // (N, C/tp)
+    float* lse;              // (B, NH/tp, T)
+    Storage* res1;           // (N, C) x + attention branch
+    Storage* ln1;            // (N, C)
     float *ln1_mean, *ln1_rstd;
-    Storage* fch;       // (N, F)
-    Storage* fch_gelu;  // (N, F)
+    Storage* fch;       // (N, F/tp)
+    Storage* fch_gelu;  // (N, F/tp)
     Storage* res2;      // (N, C) ln1 + MLP branch
     Storage* ln2;       // (N, C) the layer's output
     float *ln2_mean, *ln2_rstd;
@@ -156,14 +182,23 @@ class BertT : public TrainableModelT<Storage> {
   void dropout_forward(Storage* x, int64_t n, float p, int site);
   void dropout_backward(Storage* dinp, const Storage* dout, int64_t n, float p, int site);
   uint64_t dropout_offset(int site) const;
+  // Layer l's attention over this rank's heads, with the dropout masks of tp = 1.
+  void attention_forward(LayerActivations& la, int B, int l);
+  void attention_backward(const LayerActivations& la, int B, int l);
+  // The MLM losses (M) from the logits: whole vocabulary, or vocab-parallel under TP.
+  void mlm_loss_forward(int M);
+  // Sums `data` over the TP group (a no-op at tp = 1).
+  void all_reduce_tp(Storage* data, int64_t n);
 
   ModelConfig config_;
   BackendT<Storage>& backend_;
   int micro_batch_, seq_len_, max_predictions_;
   ParallelLayout layout_;
   Comm* tp_comm_ = nullptr;
-  bool nsp_;  // BERT: pooler + NSP head
-  int C_, NH_, HS_, F_, V_, Vp_;
+  bool nsp_;                         // BERT: pooler + NSP head
+  int C_, NH_, HS_, F_, V_, Vp_;     // full sizes (Vp_: the vocabulary padded for tp)
+  int local_heads_, local_ffn_;      // per-rank sizes
+  int64_t vocab_begin_, vocab_end_;  // this rank's rows of the padded vocabulary
   std::vector<ParameterInfo> table_;
   int64_t num_parameters_ = 0;
   int64_t memory_elements_ = 0;

@@ -1,0 +1,191 @@
+// The BERT/RoBERTa parameter table (names, shard shapes, offsets), the views of the contiguous
+// parameter/gradient memory, initialisation and host load/save (bert.h).
+#include <algorithm>
+#include <string_view>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "model/bert.h"
+#include "model/host_values.h"
+#include "model/weight_init.h"
+
+namespace collage {
+
+namespace {
+
+void validate_bert_config(const ModelConfig& c, int tp) {
+  COLLAGE_CHECK(c.arch == "bert" || c.arch == "roberta", "model.arch: '{}' is not an encoder",
+                c.arch);
+  COLLAGE_CHECK(c.n_layer >= 1, "model.n_layer: {} must be >= 1", c.n_layer);
+  COLLAGE_CHECK(c.hidden_size >= 1 && c.n_head >= 1 && c.hidden_size % c.n_head == 0,
+                "model.n_head: {} does not divide model.hidden_size {}", c.n_head, c.hidden_size);
+  COLLAGE_CHECK(c.ffn() >= 1, "model.ffn_hidden_size: {} must be >= 0", c.ffn_hidden_size);
+  COLLAGE_CHECK(c.vocab_size >= 1 && c.type_vocab_size >= 1 && c.max_position_embeddings >= 1,
+                "model: vocab_size {}, type_vocab_size {} and max_position_embeddings {} must be "
+                ">= 1",
+                c.vocab_size, c.type_vocab_size, c.max_position_embeddings);
+  COLLAGE_CHECK(tp >= 1 && c.n_head % tp == 0,
+                "parallel.tensor_parallel: {} does not divide model.n_head {}", tp, c.n_head);
+  COLLAGE_CHECK(c.ffn() % tp == 0,
+                "parallel.tensor_parallel: {} does not divide the ffn size {} "
+                "(model.ffn_hidden_size)",
+                tp, c.ffn());
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int tp) {
+  validate_bert_config(config, tp);
+  const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab(tp);
+  std::vector<ParameterInfo> table;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> full_shape, TensorSplit split,
+                 bool weight_decay) {
+    std::vector<int64_t> shape = full_shape;
+    if (split == TensorSplit::rows || split == TensorSplit::qkv_rows) shape[0] /= tp;
+    if (split == TensorSplit::columns) shape[1] /= tp;
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    table.push_back({std::move(name), shape, numel, offset, weight_decay, split, full_shape});
+    offset += numel;
+  };
+  using S = TensorSplit;
+  add("embeddings.word.weight", {Vp, C}, S::rows, true);
+  add("embeddings.position.weight", {config.max_position_embeddings, C}, S::replicated, true);
+  add("embeddings.token_type.weight", {config.type_vocab_size, C}, S::replicated, true);
+  add("embeddings.ln.weight", {C}, S::replicated, false);
+  add("embeddings.ln.bias", {C}, S::replicated, false);
+  for (int l = 0; l < config.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    add(p + "attn.qkv.weight", {3 * C, C}, S::qkv_rows, true);
+    add(p + "attn.qkv.bias", {3 * C}, S::qkv_rows, false);
+    add(p + "attn.proj.weight", {C, C}, S::columns, true);
+    add(p + "attn.proj.bias", {C}, S::replicated, false);
+    add(p + "ln_1.weight", {C}, S::replicated, false);
+    add(p + "ln_1.bias", {C}, S::replicated, false);
+    add(p + "mlp.fc1.weight", {F, C}, S::rows, true);
+    add(p + "mlp.fc1.bias", {F}, S::rows, false);
+    add(p + "mlp.fc2.weight", {C, F}, S::columns, true);
+    add(p + "mlp.fc2.bias", {C}, S::replicated, false);
+    add(p + "ln_2.weight", {C}, S::replicated, false);
+    add(p + "ln_2.bias", {C}, S::replicated, false);
+  }
+  add("mlm.dense.weight", {C, C}, S::replicated, true);
+  add("mlm.dense.bias", {C}, S::replicated, false);
+  add("mlm.ln.weight", {C}, S::replicated, false);
+  add("mlm.ln.bias", {C}, S::replicated, false);
+  add("mlm.decoder.bias", {Vp}, S::rows, false);  // split with the tied word embedding's rows
+  if (config.arch == "bert") {
+    add("pooler.dense.weight", {C, C}, S::replicated, true);
+    add("pooler.dense.bias", {C}, S::replicated, false);
+    add("nsp.weight", {2, C}, S::replicated, true);
+    add("nsp.bias", {2}, S::replicated, false);
+  }
+  if (tp > 1) {
+    // As the GPT's (gpt_parameters.cpp): under tensor parallelism the replicated tensors move
+    // behind the sharded ones in memory (the table keeps its order), so their gradients are one
+    // all-reduce and the gradient norm and EDQ can count them on one rank only.
+    int64_t next = 0;
+    for (bool replicated : {false, true}) {
+      for (ParameterInfo& info : table) {
+        if ((info.split == S::replicated) != replicated) continue;
+        info.offset = next;
+        next += info.numel;
+      }
+    }
+  }
+  return table;
+}
+
+template <typename Storage>
+typename BertT<Storage>::Weights BertT<Storage>::bind_weights(Storage* base) const {
+  std::unordered_map<std::string, Storage*> by_name;
+  for (const ParameterInfo& info : table_) by_name[info.name] = base + info.offset;
+  auto at = [&](const std::string& name) {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : it->second;
+  };
+  Weights w;
+  w.word = at("embeddings.word.weight");
+  w.position = at("embeddings.position.weight");
+  w.token_type = at("embeddings.token_type.weight");
+  w.emb_ln_w = at("embeddings.ln.weight");
+  w.emb_ln_b = at("embeddings.ln.bias");
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    w.layers.push_back({at(p + "attn.qkv.weight"), at(p + "attn.qkv.bias"),
+                        at(p + "attn.proj.weight"), at(p + "attn.proj.bias"), at(p + "ln_1.weight"),
+                        at(p + "ln_1.bias"), at(p + "mlp.fc1.weight"), at(p + "mlp.fc1.bias"),
+                        at(p + "mlp.fc2.weight"), at(p + "mlp.fc2.bias"), at(p + "ln_2.weight"),
+                        at(p + "ln_2.bias")});
+  }
+  w.mlm_dense_w = at("mlm.dense.weight");
+  w.mlm_dense_b = at("mlm.dense.bias");
+  w.mlm_ln_w = at("mlm.ln.weight");
+  w.mlm_ln_b = at("mlm.ln.bias");
+  w.decoder_b = at("mlm.decoder.bias");
+  w.pooler_w = at("pooler.dense.weight");
+  w.pooler_b = at("pooler.dense.bias");
+  w.nsp_w = at("nsp.weight");
+  w.nsp_b = at("nsp.bias");
+  return w;
+}
+
+template <typename Storage>
+void BertT<Storage>::init_weights(uint64_t seed) {
+  std::vector<float> host(size_t(num_parameters_), 0.0f);
+  for (size_t i = 0; i < table_.size(); i++) {
+    const ParameterInfo& info = table_[i];
+    int64_t full_numel = 1;
+    for (int64_t d : info.full_shape) full_numel *= d;
+    std::vector<float> full;
+    if (ends_with(info.name, ".bias")) {
+      full.assign(size_t(full_numel), 0.0f);
+    } else if (ends_with(info.name, "ln.weight") || ends_with(info.name, "ln_1.weight") ||
+               ends_with(info.name, "ln_2.weight")) {
+      full.assign(size_t(full_numel), 1.0f);
+    } else {
+      // The whole tensor from its own stream (the tensor's index is the same for every tp), so
+      // every layout starts from the same model. The stream's first V·C values are the word
+      // embedding's real rows whatever the padding.
+      full = normal_bf16_values(tensor_seed(seed, i), full_numel, config_.init_std);
+      if (info.name == "embeddings.word.weight")  // vocab padding rows stay zero
+        std::fill(full.begin() + int64_t{V_} * C_, full.end(), 0.0f);
+    }
+    const std::vector<float> shard = extract_shard(full, info, layout_);
+    std::copy(shard.begin(), shard.end(), host.begin() + info.offset);
+  }
+  load_parameters(host.data());
+}
+
+template <typename Storage>
+void BertT<Storage>::load_parameters(const float* host_values) {
+  upload_values(backend_, params_, host_values, num_parameters_);
+}
+
+template <typename Storage>
+void BertT<Storage>::save_parameters(float* host_values) const {
+  download_values(backend_, host_values, params_, num_parameters_);
+}
+
+template <typename Storage>
+void BertT<Storage>::zero_gradients() {
+  backend_.zero(grads_, size_t(memory_elements_) * sizeof(Storage));
+}
+
+// Explicit instantiation of the members defined in this file (the rest: bert.cpp).
+#define COLLAGE_INSTANTIATE(S)                                          \
+  template typename BertT<S>::Weights BertT<S>::bind_weights(S*) const; \
+  template void BertT<S>::init_weights(uint64_t);                       \
+  template void BertT<S>::load_parameters(const float*);                \
+  template void BertT<S>::save_parameters(float*) const;                \
+  template void BertT<S>::zero_gradients();
+COLLAGE_INSTANTIATE(bf16)
+COLLAGE_INSTANTIATE(float)
+#undef COLLAGE_INSTANTIATE
+
+}  // namespace collage
