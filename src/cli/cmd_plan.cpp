@@ -23,6 +23,7 @@ namespace {
 struct PlanOptions {
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string phase;
   int tensor_parallel = 0;  // 0: the config's parallel.tensor_parallel
   int data_parallel = 1;
   std::string memory;  // "": no fit search
@@ -36,8 +37,9 @@ int64_t parameter_count(const ModelConfig& model, int tp) {
 }
 
 std::string plan(const PlanOptions& o) {
-  Config config = load_config(o.config_path, o.overrides);
-  std::string origin = o.config_path;
+  Config config = load_config(o.config_path, o.overrides, o.phase);
+  std::string origin =
+      o.phase.empty() ? o.config_path : fmt::format("{} (phase {})", o.config_path, o.phase);
   if (o.tensor_parallel > 0) {
     config.parallel.tensor_parallel = o.tensor_parallel;
     origin += fmt::format(" with --tensor-parallel {}", o.tensor_parallel);
@@ -162,13 +164,16 @@ void add_plan_command(CLI::App& root) {
   cmd->add_option("--set", options->overrides,
                   "Override a config key, e.g. --set optimizer.precision=bf16 --set "
                   "training.micro_batch_size=8 (repeatable; value parsed as YAML)");
+  cmd->add_option("--phase", options->phase,
+                  "Plan phase NAME of a config that defines `phases:` (e.g. --phase 2 of "
+                  "configs/bert/base.yaml)");
   cmd->add_option("--tensor-parallel", options->tensor_parallel,
                   "Tensor-parallel size to plan for (must divide the heads and the ffn "
                   "width). Default: the config's parallel.tensor_parallel")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--data-parallel", options->data_parallel,
-                  "Data-parallel size: divides the optimizer state (ZeRO-1, which arrives "
-                  "with the parallelism issue)")
+                  "Data-parallel size: the global batch divides over it, and with --set "
+                  "parallel.zero=1 so does the optimizer state (ZeRO-1)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--memory", options->memory,

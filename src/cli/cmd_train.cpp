@@ -1,4 +1,5 @@
-// `collage train CONFIG.yaml [--set key=value ...] [--resume [latest|PATH]] [--convert-precision]`
+// `collage train CONFIG.yaml [--set key=value ...] [--phase NAME] [--resume [latest|PATH]]
+//  [--convert-precision] [--init-from CHECKPOINT]`
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -11,6 +12,7 @@ void add_train_command(CLI::App& root) {
   struct Options {
     std::string config_path;
     std::vector<std::string> overrides;
+    std::string phase;
     std::string resume;
     std::string init_from;
     bool convert_precision = false;
@@ -37,6 +39,10 @@ void add_train_command(CLI::App& root) {
   cmd->add_option("--set", options->overrides,
                   "Override a config key before validation, e.g. --set training.max_steps=100 "
                   "--set optimizer.lr=3e-4 (repeatable; value parsed as YAML)");
+  cmd->add_option("--phase", options->phase,
+                  "Run phase NAME of a config that defines `phases:` (e.g. --phase 2 of "
+                  "configs/bert/base.yaml: seq 512 from phase 1's weights with --init-from); its "
+                  "keys apply on top of the file's, before --set");
   auto* resume = cmd->add_option("--resume", options->resume,
                                  "Continue from a checkpoint: 'latest' (newest valid checkpoint in "
                                  "checkpoint.dir) or a path to a .ckpt file. Default: start fresh")
@@ -54,7 +60,7 @@ void add_train_command(CLI::App& root) {
       ->needs(resume);
   cmd->callback([options, resume] {
     if (resume->count() > 0 && options->resume.empty()) options->resume = "latest";
-    Config config = load_config(options->config_path, options->overrides);
+    Config config = load_config(options->config_path, options->overrides, options->phase);
     TrainOptions train_options;
     train_options.resume = options->resume;
     train_options.convert_precision = options->convert_precision;

@@ -2,6 +2,7 @@
 // `--set a.b=value` overrides, validation, and the resolved config back as YAML.
 #include "config/config.h"
 
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -92,11 +93,42 @@ std::string apply_override(const std::string& assignment, const std::vector<Conf
 
 }  // namespace
 
-Config parse_config(const std::string& yaml_text, const std::string& origin,
-                    const std::vector<std::string>& overrides) {
+Config parse_config(const std::string& yaml_text, const std::string& origin_file,
+                    const std::vector<std::string>& overrides, const std::string& phase) {
   Config config;
   std::vector<ConfigField> fields = config_fields(config);
-  read_document(load_yaml(yaml_text, origin), fields, origin);
+  YAML::Node root = load_yaml(yaml_text, origin_file);
+  // phases: {NAME: {section: {key: value}}}: each phase overrides the document's keys.
+  YAML::Node phases;
+  bool has_phases = false;
+  if (root.IsMap())
+    for (const auto& entry : root)
+      if (entry.first.Scalar() == "phases") phases = entry.second, has_phases = true;
+  if (has_phases) root.remove("phases");
+  read_document(root, fields, origin_file);
+  std::vector<std::string> names;
+  if (has_phases) {
+    if (!phases.IsMap())
+      fail("{}: phases: expected a map of phase name -> sections, got {}", origin_file,
+           describe_node(phases));
+    for (const auto& entry : phases) {  // every phase's keys checked, whichever runs
+      const std::string name = entry.first.Scalar();
+      Config scratch;
+      read_document(entry.second, config_fields(scratch),
+                    fmt::format("{} (phases.{})", origin_file, name));
+      names.push_back(name);
+    }
+  }
+  std::string origin = origin_file;
+  if (!phase.empty()) {
+    if (std::find(names.begin(), names.end(), phase) == names.end())
+      fail("{}: --phase {}: {}", origin_file, phase,
+           names.empty()
+               ? std::string("the file defines no phases")
+               : fmt::format("no such phase; the file defines {}", fmt::join(names, ", ")));
+    origin = fmt::format("{} (phase {})", origin_file, phase);
+    read_document(phases[phase], fields, origin);
+  }
 
   // Messages about an overridden key name the override as well as the file.
   std::map<std::string, std::string> override_of;
@@ -112,12 +144,13 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   return config;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const std::string& phase) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot read config file: {}", path, std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  return parse_config(text.str(), path, overrides, phase);
 }
 
 std::string config_to_yaml(const Config& config) {

@@ -166,9 +166,14 @@ struct Config {
 
 // Read and validate a YAML file; `overrides` are "a.b=value" strings applied before
 // validation (value parsed as YAML). Throws Error naming the file, key path and reason.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// A file may define phases of one recipe (BERT's phase 1 and 2) under a top-level
+// `phases: {NAME: {section: {key: value}}}`: the document is the first phase, and `phase` NAME
+// applies that phase's keys on top of it (before the overrides). Every phase's keys are
+// checked whichever phase runs.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   const std::string& phase = "");
 Config parse_config(const std::string& yaml_text, const std::string& origin,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, const std::string& phase = "");
 // Resolved config as YAML (every key, defaults filled in): logged and saved in checkpoints.
 std::string config_to_yaml(const Config& config);
 

@@ -24,13 +24,18 @@ CommPlan plan_communication(const Config& config, int tp, int dp) {
 
   CommPlan plan;
   if (tp > 1) {
-    // Forward: the embedding and each layer's attention proj and fc2 outputs (N, C); the loss's
-    // row max (N) and Σ exp | target logit (2N) in fp32. Backward: the inputs' gradients of the
-    // column-parallel head, fc1 and QKV (N, C).
-    const int64_t activation_reductions = 2 * (2 * int64_t{m.n_layer} + 1);
-    plan.tp_calls = micro_batches * (activation_reductions + 2);
+    // Forward: the word embedding and each layer's attention proj and fc2 outputs (N, C).
+    // Backward: the input gradients of each layer's column-parallel fc1 and QKV (N, C).
+    // The vocab-parallel head, on R rows: the gradient of its input (R, C), and the loss's row
+    // max (R) and Σ exp | target logit (2R) in fp32. The GPT's head sees every token (R = N);
+    // an encoder's only the labelled ones, at most micro_batch × max_predictions (the plan
+    // counts that bound; a real step has ~15% of the tokens).
+    const int64_t R =
+        is_encoder(m) ? int64_t{config.training.micro_batch_size} * config.data.max_predictions : N;
+    const int64_t block_reductions = 4 * int64_t{m.n_layer} + 1;
+    plan.tp_calls = micro_batches * (block_reductions + 1 + 2);
     plan.tp_bytes =
-        micro_batches * (activation_reductions * N * C * bf16_bytes + 3 * N * f32_bytes);
+        micro_batches * ((block_reductions * N + R) * C * bf16_bytes + 3 * R * f32_bytes);
     // Once per step: the replicated tensors' gradients.
     if (replicated.size() > 0) {
       plan.tp_calls += 1;

@@ -23,7 +23,9 @@ TEST(ConfigFiles, EveryFileLoadsValidatesAndRoundTrips) {
     if (entry.path().extension() == ".yaml" || entry.path().extension() == ".yml")
       files.push_back(entry.path());
   std::sort(files.begin(), files.end());
-  EXPECT_GE(files.size(), 7u);  // gpt/{125m,350m,1.3b,2.7b,6.7b}, demo/{gpt-demo,gpt-tiny}
+  // gpt/{125m,350m,1.3b,2.7b,6.7b}, demo/{gpt-demo,gpt-tiny,bert-tiny}, bert/{base,large},
+  // roberta/base
+  EXPECT_GE(files.size(), 11u);
   for (const fs::path& file : files) {
     SCOPED_TRACE(file.string());
     Config c = load_config(file.string());
@@ -76,6 +78,73 @@ TEST(ConfigFiles, GptConfigsMatchThePapers) {
     EXPECT_EQ(c.optimizer.warmup_steps, 200);
     EXPECT_EQ(c.optimizer.decay_steps, 20000);
   }
+}
+
+// BERT's two phases (the Collage paper's BERT runs, NVIDIA's schedule) and RoBERTa-base, written
+// out from the issue and the papers.
+TEST(ConfigFiles, EncoderConfigsMatchThePapers) {
+  struct Shape {
+    const char* file;
+    int n_layer, hidden_size, n_head, ffn;
+  };
+  for (const Shape& s :
+       {Shape{"bert/base.yaml", 12, 768, 12, 3072}, Shape{"bert/large.yaml", 24, 1024, 16, 4096}}) {
+    SCOPED_TRACE(s.file);
+    const Config one = load(s.file);
+    const Config two = load_config((kConfigs / s.file).string(), {}, "2");
+    for (const Config* c : {&one, &two}) {
+      EXPECT_EQ(c->model.arch, "bert");
+      EXPECT_EQ(c->model.n_layer, s.n_layer);
+      EXPECT_EQ(c->model.hidden_size, s.hidden_size);
+      EXPECT_EQ(c->model.n_head, s.n_head);
+      EXPECT_EQ(c->model.ffn(), s.ffn);
+      EXPECT_EQ(c->model.vocab_size, 30522);
+      EXPECT_EQ(c->model.max_position_embeddings, 512);
+      EXPECT_EQ(c->model.layernorm_eps, 1e-12f);
+      EXPECT_EQ(c->model.hidden_dropout, 0.1f);
+      EXPECT_EQ(c->model.attention_dropout, 0.1f);
+      EXPECT_EQ(c->optimizer.precision, Precision::collage_plus);
+      EXPECT_EQ(c->optimizer.adam_order, AdamOrder::hf);
+      EXPECT_EQ(c->optimizer.beta1, 0.9);
+      EXPECT_EQ(c->optimizer.beta2, 0.999);
+      EXPECT_EQ(c->optimizer.eps, 1e-6);
+      EXPECT_EQ(c->optimizer.weight_decay, 0.01);
+      EXPECT_EQ(c->optimizer.schedule, "linear");
+      EXPECT_EQ(c->optimizer.min_lr, 0.0);
+      EXPECT_EQ(c->optimizer.grad_clip, 1.0);
+      EXPECT_FALSE(c->data.dynamic_masking);
+    }
+    EXPECT_EQ(one.data.seq_len, 128);
+    EXPECT_EQ(one.data.max_predictions, 20);
+    EXPECT_EQ(one.optimizer.lr, 4e-4);
+    EXPECT_EQ(one.training.global_batch_size, 16384);
+    EXPECT_EQ(one.optimizer.warmup_steps, 2000);
+    EXPECT_EQ(one.training.max_steps, 28125);
+    EXPECT_EQ(one.optimizer.decay_steps, 28125);
+    EXPECT_EQ(two.data.seq_len, 512);
+    EXPECT_EQ(two.data.max_predictions, 80);
+    EXPECT_EQ(two.optimizer.lr, 2.8e-4);
+    EXPECT_EQ(two.training.global_batch_size, 32768);
+    EXPECT_EQ(two.optimizer.warmup_steps, 781);
+    EXPECT_EQ(two.training.max_steps, 1563);
+    EXPECT_EQ(two.optimizer.decay_steps, 1563);
+  }
+  const Config r = load("roberta/base.yaml");
+  EXPECT_EQ(r.model.arch, "roberta");
+  EXPECT_EQ(r.model.n_layer, 12);
+  EXPECT_EQ(r.model.hidden_size, 768);
+  EXPECT_EQ(r.model.vocab_size, 50265);
+  EXPECT_EQ(r.model.max_position_embeddings, 514);
+  EXPECT_EQ(r.model.type_vocab_size, 1);
+  EXPECT_EQ(r.model.pad_token_id, 1);
+  EXPECT_EQ(r.model.layernorm_eps, 1e-5f);
+  EXPECT_EQ(r.optimizer.lr, 6e-4);
+  EXPECT_EQ(r.optimizer.beta2, 0.98);
+  EXPECT_EQ(r.optimizer.precision, Precision::collage_light);
+  EXPECT_EQ(r.training.global_batch_size, 8192);
+  EXPECT_EQ(r.data.seq_len, 512);
+  EXPECT_TRUE(r.data.dynamic_masking);
+  EXPECT_EQ(r.data.mask_token_id, 50264);
 }
 
 TEST(ConfigFiles, DemoConfigsAreCpuSizedAndPrepareGutenberg) {

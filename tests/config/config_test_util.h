@@ -15,6 +15,15 @@ inline const char* kMinimalYaml = "data:\n  datasets: data/x\n";
 
 // The Error message parse_config() throws for `yaml` (origin "t.yaml"), or a test failure
 // naming the text if it does not throw.
+inline std::string error_of_phase(const std::string& yaml, const std::string& phase) {
+  try {
+    parse_config(yaml, "t.yaml", {}, phase);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 inline std::string error_of(const std::string& yaml,
                             const std::vector<std::string>& overrides = {}) {
   try {

@@ -228,5 +228,35 @@ TEST(ConfigLoad, ReadsAFileAndNamesAMissingOne) {
   }
 }
 
+// phases: the document is the first phase; --phase NAME applies that phase's keys on top,
+// before --set; every phase's keys are checked whichever runs.
+TEST(ConfigPhases, APhaseOverridesTheDocumentAndSetOverridesThePhase) {
+  const std::string yaml = std::string(kMinimalYaml) +
+                           "training: {max_steps: 100, seed: 7}\n"
+                           "phases:\n"
+                           "  2:\n"
+                           "    training: {max_steps: 30}\n"
+                           "    data: {seq_len: 512}\n";
+  const Config one = parse_config(yaml, "t.yaml");
+  EXPECT_EQ(one.training.max_steps, 100);
+  EXPECT_EQ(one.data.seq_len, 1024);
+  const Config two = parse_config(yaml, "t.yaml", {}, "2");
+  EXPECT_EQ(two.training.max_steps, 30);
+  EXPECT_EQ(two.data.seq_len, 512);
+  EXPECT_EQ(two.training.seed, 7u);  // untouched keys keep the document's value
+  EXPECT_EQ(parse_config(yaml, "t.yaml", {"training.max_steps=5"}, "2").training.max_steps, 5);
+  EXPECT_EQ(testing::error_of_phase(yaml, "3"),
+            "t.yaml: --phase 3: no such phase; the file defines 2");
+  EXPECT_EQ(testing::error_of_phase(kMinimalYaml, "2"),
+            "t.yaml: --phase 2: the file defines no phases");
+  // A typo in phase 2 is caught when phase 1 runs.
+  EXPECT_EQ(testing::error_of(yaml + "  3:\n    training: {max_step: 1}\n"),
+            "t.yaml (phases.3): unknown key 'training.max_step' (did you mean "
+            "'training.max_steps'?)");
+  // A phase's value is validated like the document's.
+  EXPECT_EQ(testing::error_of_phase(yaml + "  4:\n    training: {max_steps: 0}\n", "4"),
+            "t.yaml (phase 4): training.max_steps: must be > 0, got 0");
+}
+
 }  // namespace
 }  // namespace collage
