@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
+#include "core/error.h"
 #include "train/bench.h"
 
 namespace collage {
@@ -36,6 +37,10 @@ void add_bench_command(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   cmd->callback([options] {
     Config config = load_config(options->config_path, options->overrides);
+    COLLAGE_CHECK(config.model.arch == "gpt",
+                  "{}: collage bench times the GPT's step against sgemm; model.arch {} has no "
+                  "benchmark yet (collage train logs tokens/s and ms/step of every step)",
+                  options->config_path, config.model.arch);
     BenchResult result = run_bench(config, options->bench);
     std::cout << format_bench(config, result);
   });
