@@ -7,7 +7,8 @@
 #include <type_traits>
 
 #include "core/error.h"
-#include "model/gpt.h"  // replicated_region(table, tp), shared with the GPT
+#include "model/parameter_table.h"
+#include "model/vocab_parallel_loss.h"
 
 namespace collage {
 
@@ -259,26 +260,6 @@ void BertT<Storage>::attention_backward(const LayerActivations& la, int B, int l
 }
 
 template <typename Storage>
-void BertT<Storage>::mlm_loss_forward(int M) {
-  Activations& a = *acts_;
-  BackendT<Storage>& be = backend_;
-  const int Vl = Vp_ / layout_.tp;
-  if (layout_.tp == 1) {
-    be.cross_entropy_forward(a.mlm_losses, a.logits, a.mlm_targets, M, V_, Vp_);
-    return;
-  }
-  // Vocab-parallel (Megatron, as the GPT's loss): the row max over every rank's columns, then
-  // Σ exp(x − max) and the target's logit (owned by one rank, 0 on the others) summed over the
-  // ranks; the log-sum-exp stays in row_lse for the backward.
-  be.cross_entropy_shard_max(a.row_max, a.logits, M, V_, Vl, vocab_begin_);
-  tp_comm_->all_reduce_max(a.row_max, M);
-  be.cross_entropy_shard_sums(a.row_sums, a.logits, a.mlm_targets, a.row_max, M, V_, Vl,
-                              vocab_begin_);
-  tp_comm_->all_reduce_sum(a.row_sums, 2 * int64_t{M});
-  be.cross_entropy_shard_loss(a.mlm_losses, a.row_lse, a.row_max, a.row_sums, a.mlm_targets, M);
-}
-
-template <typename Storage>
 typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, int B, bool dropout,
                                                       uint64_t dropout_seed,
                                                       uint64_t dropout_index) {
@@ -396,7 +377,8 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
     be.layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.dense_gelu, w.mlm_ln_w, w.mlm_ln_b, M,
                          C, eps);
     be.matmul_forward(a.logits, a.mlm_ln, w.word, w.decoder_b, M, C, Vl);  // (M, Vp/tp)
-    mlm_loss_forward(M);
+    vocab_parallel_cross_entropy(be, tp_comm_, layout_.tp, a.mlm_losses, a.row_lse, a.row_max,
+                                 a.row_sums, a.logits, a.mlm_targets, M, V_, Vl, vocab_begin_);
     loss.mlm_sum = be.sum(a.mlm_losses, M);
     loss.mlm_count = M;
   }

@@ -185,8 +185,6 @@ class BertT : public TrainableModelT<Storage> {
   // Layer l's attention over this rank's heads, with the dropout masks of tp = 1.
   void attention_forward(LayerActivations& la, int B, int l);
   void attention_backward(const LayerActivations& la, int B, int l);
-  // The MLM losses (M) from the logits: whole vocabulary, or vocab-parallel under TP.
-  void mlm_loss_forward(int M);
   // Sums `data` over the TP group (a no-op at tp = 1).
   void all_reduce_tp(Storage* data, int64_t n);
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/bert.h"
 #include "model/host_values.h"
+#include "model/parameter_table.h"
 #include "model/weight_init.h"
 
 namespace collage {
@@ -24,16 +25,7 @@ void validate_bert_config(const ModelConfig& c, int tp) {
                 "model: vocab_size {}, type_vocab_size {} and max_position_embeddings {} must be "
                 ">= 1",
                 c.vocab_size, c.type_vocab_size, c.max_position_embeddings);
-  COLLAGE_CHECK(tp >= 1 && c.n_head % tp == 0,
-                "parallel.tensor_parallel: {} does not divide model.n_head {}", tp, c.n_head);
-  COLLAGE_CHECK(c.ffn() % tp == 0,
-                "parallel.tensor_parallel: {} does not divide the ffn size {} "
-                "(model.ffn_hidden_size)",
-                tp, c.ffn());
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+  check_tensor_parallel_split(c, tp);
 }
 
 }  // namespace
@@ -41,17 +33,10 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int tp) {
   validate_bert_config(config, tp);
   const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab(tp);
-  std::vector<ParameterInfo> table;
-  int64_t offset = 0;
+  ParameterTableBuilder table(tp);
   auto add = [&](std::string name, std::vector<int64_t> full_shape, TensorSplit split,
                  bool weight_decay) {
-    std::vector<int64_t> shape = full_shape;
-    if (split == TensorSplit::rows || split == TensorSplit::qkv_rows) shape[0] /= tp;
-    if (split == TensorSplit::columns) shape[1] /= tp;
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    table.push_back({std::move(name), shape, numel, offset, weight_decay, split, full_shape});
-    offset += numel;
+    table.add(std::move(name), full_shape, split, weight_decay);
   };
   using S = TensorSplit;
   add("embeddings.word.weight", {Vp, C}, S::rows, true);
@@ -85,20 +70,7 @@ std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int t
     add("nsp.weight", {2, C}, S::replicated, true);
     add("nsp.bias", {2}, S::replicated, false);
   }
-  if (tp > 1) {
-    // As the GPT's (gpt_parameters.cpp): under tensor parallelism the replicated tensors move
-    // behind the sharded ones in memory (the table keeps its order), so their gradients are one
-    // all-reduce and the gradient norm and EDQ can count them on one rank only.
-    int64_t next = 0;
-    for (bool replicated : {false, true}) {
-      for (ParameterInfo& info : table) {
-        if ((info.split == S::replicated) != replicated) continue;
-        info.offset = next;
-        next += info.numel;
-      }
-    }
-  }
-  return table;
+  return table.finish();
 }
 
 template <typename Storage>

@@ -2,6 +2,7 @@
 #include "model/gpt.h"
 
 #include "core/error.h"
+#include "model/vocab_parallel_loss.h"
 
 namespace collage {
 
@@ -207,7 +208,8 @@ typename GptT<Storage>::Loss GptT<Storage>::forward(const int32_t* tokens, const
   last_B_ = 0;
   Loss loss;
   if (!targets) return loss;
-  loss_forward(N);
+  vocab_parallel_cross_entropy(be, tp_comm_, layout_.tp, a.losses, a.row_lse, a.row_max, a.row_sums,
+                               a.logits, a.targets, N, V_, Vl, vocab_begin_);
   loss.sum = be.sum(a.losses, N);
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
   last_B_ = B;
@@ -273,24 +275,6 @@ void GptT<Storage>::backward(float dloss) {
                           la.ln1_rstd, N, C);
   }
   be.embedding_backward(g.wte, g.wpe, a.dresidual, a.tokens, B, T, C, vocab_begin_, vocab_end_);
-}
-
-template <typename Storage>
-void GptT<Storage>::loss_forward(int64_t N) {
-  GptActivations<Storage>& a = acts_;
-  BackendT<Storage>& be = backend_;
-  const int Vl = Vp_ / layout_.tp;
-  if (layout_.tp == 1) {
-    be.cross_entropy_forward(a.losses, a.logits, a.targets, N, V_, Vl);
-    return;
-  }
-  // Vocab-parallel (Megatron): the row max over every rank's columns, then Σ exp(x − max) and
-  // the target's logit (owned by one rank, 0 on the others) summed over the ranks.
-  be.cross_entropy_shard_max(a.row_max, a.logits, N, V_, Vl, vocab_begin_);
-  tp_comm_->all_reduce_max(a.row_max, N);
-  be.cross_entropy_shard_sums(a.row_sums, a.logits, a.targets, a.row_max, N, V_, Vl, vocab_begin_);
-  tp_comm_->all_reduce_sum(a.row_sums, 2 * N);
-  be.cross_entropy_shard_loss(a.losses, a.row_lse, a.row_max, a.row_sums, a.targets, N);
 }
 
 template <typename Storage>

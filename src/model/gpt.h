@@ -39,14 +39,13 @@
 #include "dist/comm.h"
 #include "model/gpt_activations.h"
 #include "model/parameter_info.h"
+#include "model/parameter_table.h"
 #include "model/trainable_model.h"
 
 namespace collage {
 
 // The parameter table of a GPT split tp ways (validates the config; no backend needed).
 std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp = 1);
-// Where a table's replicated tensors lie in memory: one region when tp > 1, empty at tp = 1.
-ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp);
 
 template <typename Storage>
 class GptT : public TrainableModelT<Storage> {
@@ -136,8 +135,6 @@ class GptT : public TrainableModelT<Storage> {
   static GptActivations<Storage> plan_activations(const ModelConfig& config, int micro_batch,
                                                   int seq_len, int tp, Arena& arena);
   void check_tokens(const int32_t* tokens, const int32_t* targets, int B) const;
-  // The loss's forward: losses (N) from logits, whole vocab or vocab-parallel.
-  void loss_forward(int64_t N);
   // Sums `data` over the TP group (a no-op at tp = 1).
   void all_reduce_tp(Storage* data, int64_t n);
 

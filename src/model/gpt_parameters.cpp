@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/gpt.h"
 #include "model/host_values.h"
+#include "model/parameter_table.h"
 #include "model/weight_init.h"
 
 namespace collage {
@@ -28,16 +29,7 @@ void validate_gpt_config(const ModelConfig& c, int tp) {
                 "model: rope needs an even head size, got {}", c.head_size());
   COLLAGE_CHECK(c.max_position_embeddings >= 1, "model.max_position_embeddings: {} must be >= 1",
                 c.max_position_embeddings);
-  COLLAGE_CHECK(tp >= 1 && c.n_head % tp == 0,
-                "parallel.tensor_parallel: {} does not divide "
-                "model.n_head {}",
-                tp, c.n_head);
-  COLLAGE_CHECK(c.ffn() % tp == 0, "parallel.tensor_parallel: {} does not divide the ffn size {}",
-                tp, c.ffn());
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+  check_tensor_parallel_split(c, tp);
 }
 
 }  // namespace
@@ -45,17 +37,10 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp) {
   validate_gpt_config(config, tp);
   const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab(tp);
-  std::vector<ParameterInfo> table;
-  int64_t offset = 0;
+  ParameterTableBuilder table(tp);
   auto add = [&](std::string name, std::vector<int64_t> full_shape, TensorSplit split,
                  bool weight_decay) {
-    std::vector<int64_t> shape = full_shape;
-    if (split == TensorSplit::rows || split == TensorSplit::qkv_rows) shape[0] /= tp;
-    if (split == TensorSplit::columns) shape[1] /= tp;
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    table.push_back({std::move(name), shape, numel, offset, weight_decay, split, full_shape});
-    offset += numel;
+    table.add(std::move(name), full_shape, split, weight_decay);
   };
   using S = TensorSplit;
   add("wte.weight", {Vp, C}, S::rows, true);
@@ -80,31 +65,7 @@ std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp
   add("ln_f.weight", {C}, S::replicated, false);
   add("ln_f.bias", {C}, S::replicated, false);
   if (!config.tie_embeddings) add("lm_head.weight", {Vp, C}, S::rows, true);
-  if (tp > 1) {
-    // Under tensor parallelism the replicated tensors move behind the sharded ones in memory
-    // (the table keeps its order): their gradients are then one all-reduce, and the global
-    // gradient norm and EDQ can count them on one rank only (docs/PARALLEL.md).
-    int64_t next = 0;
-    for (bool replicated : {false, true}) {
-      for (ParameterInfo& info : table) {
-        if ((info.split == S::replicated) != replicated) continue;
-        info.offset = next;
-        next += info.numel;
-      }
-    }
-  }
-  return table;
-}
-
-ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp) {
-  if (tp == 1) return {};
-  ParameterRegion region{INT64_MAX, 0};
-  for (const ParameterInfo& info : table) {
-    if (info.split != TensorSplit::replicated) continue;
-    region.begin = std::min(region.begin, info.offset);
-    region.end = std::max(region.end, info.offset + info.numel);
-  }
-  return region.begin < region.end ? region : ParameterRegion{};
+  return table.finish();
 }
 
 template <typename Storage>

@@ -1,0 +1,56 @@
+// Parameter tables of any architecture (parameter_table.h).
+#include "model/parameter_table.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/error.h"
+
+namespace collage {
+
+void ParameterTableBuilder::add(std::string name, std::vector<int64_t> full_shape,
+                                TensorSplit split, bool weight_decay) {
+  std::vector<int64_t> shape = full_shape;
+  if (split == TensorSplit::rows || split == TensorSplit::qkv_rows) shape[0] /= tp_;
+  if (split == TensorSplit::columns) shape[1] /= tp_;
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  table_.push_back({std::move(name), shape, numel, 0, weight_decay, split, full_shape});
+}
+
+std::vector<ParameterInfo> ParameterTableBuilder::finish() {
+  // tp = 1: memory in table order; tp > 1: the sharded tensors, then the replicated ones.
+  const int passes = tp_ > 1 ? 2 : 1;
+  int64_t next = 0;
+  for (int pass = 0; pass < passes; pass++) {
+    for (ParameterInfo& info : table_) {
+      const bool replicated = info.split == TensorSplit::replicated;
+      if (passes == 2 && replicated != (pass == 1)) continue;
+      info.offset = next;
+      next += info.numel;
+    }
+  }
+  return std::move(table_);
+}
+
+ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp) {
+  if (tp == 1) return {};
+  ParameterRegion region{INT64_MAX, 0};
+  for (const ParameterInfo& info : table) {
+    if (info.split != TensorSplit::replicated) continue;
+    region.begin = std::min(region.begin, info.offset);
+    region.end = std::max(region.end, info.offset + info.numel);
+  }
+  return region.begin < region.end ? region : ParameterRegion{};
+}
+
+void check_tensor_parallel_split(const ModelConfig& c, int tp) {
+  COLLAGE_CHECK(tp >= 1 && c.n_head % tp == 0,
+                "parallel.tensor_parallel: {} does not divide model.n_head {}", tp, c.n_head);
+  COLLAGE_CHECK(c.ffn() % tp == 0,
+                "parallel.tensor_parallel: {} does not divide the ffn size {} "
+                "(model.ffn_hidden_size)",
+                tp, c.ffn());
+}
+
+}  // namespace collage

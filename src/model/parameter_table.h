@@ -1,0 +1,39 @@
+#pragma once
+// Building a model's parameter table (parameter_info.h), the same for every architecture:
+// tensors are added in table order with their whole shape and tensor-parallel split; each
+// gets its per-rank shape and an offset into the contiguous memory. Under tensor parallelism
+// the replicated tensors are placed behind the sharded ones (the table keeps its order), so
+// their gradients are one all-reduce and the gradient norm and EDQ can count them on one rank
+// only (docs/PARALLEL.md).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "model/parameter_info.h"
+
+namespace collage {
+
+class ParameterTableBuilder {
+ public:
+  explicit ParameterTableBuilder(int tp) : tp_(tp) {}
+  void add(std::string name, std::vector<int64_t> full_shape, TensorSplit split, bool weight_decay);
+  std::vector<ParameterInfo> finish();  // assigns the offsets
+
+ private:
+  int tp_;
+  std::vector<ParameterInfo> table_;
+};
+
+// Where a table's replicated tensors lie in memory: one region when tp > 1, empty at tp = 1.
+ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp);
+
+// Megatron's split needs tp to divide the heads and the ffn width: throws Error naming the keys.
+void check_tensor_parallel_split(const ModelConfig& config, int tp);
+
+inline bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace collage
