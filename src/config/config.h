@@ -136,7 +136,8 @@ struct LoggingConfig {
   std::string level = "info";
   std::string progress = "auto";  // auto | on | off
   // EDQ per layer group as well as globally: embeddings, h.0 ... h.{L-1}, head (ln_f and
-  // an untied lm_head), grouped by parameter-name prefix; needs optimizer.edq.
+  // an untied lm_head; the encoders: mlm, pooler, nsp), grouped by parameter-name prefix; needs
+  // optimizer.edq.
   bool edq_groups = false;
   // Under mpirun: every rank writes <dir>/rank_<r>.log (rank 0 always writes train.log).
   bool all_ranks = false;

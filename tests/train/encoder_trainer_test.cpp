@@ -77,6 +77,47 @@ TEST_F(EncoderTrainerTest, ResumeContinuesBitForBit) {
   }
 }
 
+// BERT's phase 2: longer sequences and more masked positions, starting from phase 1's weights
+// (--init-from) with a fresh optimizer state, schedule and data position. (Both phases have the
+// same position table, as BERT's 512: phase 1 uses the first 32 positions.)
+TEST_F(EncoderTrainerTest, PhaseTwoStartsFromPhaseOneWeights) {
+  train(encoder_config("bert", "phase1",
+                       {"training.max_steps=40", "optimizer.decay_steps=40", "optimizer.lr=5.0e-3",
+                        "training.eval_interval=0", "checkpoint.interval=0",
+                        "model.max_position_embeddings=48"}),
+        {});
+  write_encoder_shards(dir_ / "long", 2, 20, 48, 8, 4);
+  const std::vector<std::string> phase2 = {"data.seq_len=48",
+                                           "data.max_predictions=8",
+                                           "model.max_position_embeddings=48",
+                                           "data.hdf5_train=" + (dir_ / "long").string(),
+                                           "data.hdf5_valid=" + (dir_ / "long").string(),
+                                           "training.max_steps=2",
+                                           "optimizer.decay_steps=2",
+                                           "optimizer.warmup_steps=1"};
+  TrainOptions init;
+  init.init_from = (dir_ / "phase1" / "checkpoints").string();
+  train(encoder_config("bert", "phase2", phase2), init);
+  train(encoder_config("bert", "scratch", phase2), {});
+  auto two = metrics("phase2"), scratch = metrics("scratch");
+  ASSERT_EQ(two.size(), 3u);
+  EXPECT_EQ(two[1]["step"], 1);              // a fresh schedule: step 1, warmup lr
+  EXPECT_EQ(two[1]["consumed_samples"], 8);  // and a fresh data position
+  EXPECT_EQ(two[1]["lr"].get<double>(), scratch[1]["lr"].get<double>());
+  // Phase 1's weights already know the words' frequencies: far below a fresh model.
+  EXPECT_LT(two[0]["val_mlm_loss"].get<double>(), scratch[0]["val_mlm_loss"].get<double>() - 0.8);
+  // Weights of another shape are refused, naming the tensor.
+  std::vector<std::string> wider = phase2;
+  wider.push_back("model.max_position_embeddings=64");
+  try {
+    train(encoder_config("bert", "mismatch", wider), init);
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embeddings.position.weight"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(EncoderTrainerTest, RobertaHasNoNextSentenceFigures) {
   train(encoder_config("roberta", "run"), {});
   auto records = metrics("run");
