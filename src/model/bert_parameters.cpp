@@ -109,28 +109,15 @@ typename BertT<Storage>::Weights BertT<Storage>::bind_weights(Storage* base) con
 
 template <typename Storage>
 void BertT<Storage>::init_weights(uint64_t seed) {
-  std::vector<float> host(size_t(num_parameters_), 0.0f);
-  for (size_t i = 0; i < table_.size(); i++) {
-    const ParameterInfo& info = table_[i];
-    int64_t full_numel = 1;
-    for (int64_t d : info.full_shape) full_numel *= d;
-    std::vector<float> full;
-    if (ends_with(info.name, ".bias")) {
-      full.assign(size_t(full_numel), 0.0f);
-    } else if (ends_with(info.name, "ln.weight") || ends_with(info.name, "ln_1.weight") ||
-               ends_with(info.name, "ln_2.weight")) {
-      full.assign(size_t(full_numel), 1.0f);
-    } else {
-      // The whole tensor from its own stream (the tensor's index is the same for every tp), so
-      // every layout starts from the same model. The stream's first V·C values are the word
-      // embedding's real rows whatever the padding.
-      full = normal_bf16_values(tensor_seed(seed, i), full_numel, config_.init_std);
-      if (info.name == "embeddings.word.weight")  // vocab padding rows stay zero
-        std::fill(full.begin() + int64_t{V_} * C_, full.end(), 0.0f);
-    }
-    const std::vector<float> shard = extract_shard(full, info, layout_);
-    std::copy(shard.begin(), shard.end(), host.begin() + info.offset);
-  }
+  const std::vector<float> host =
+      initial_values(table_, num_parameters_, layout_, seed, [&](const ParameterInfo& info) {
+        if (ends_with(info.name, ".bias")) return TensorInit{TensorInit::zeros};
+        if (ends_with(info.name, "ln.weight") || ends_with(info.name, "ln_1.weight") ||
+            ends_with(info.name, "ln_2.weight"))
+          return TensorInit{TensorInit::ones};
+        const bool vocab = info.name == "embeddings.word.weight";
+        return TensorInit{TensorInit::normal, config_.init_std, vocab ? int64_t{V_} : -1};
+      });
   load_parameters(host.data());
 }
 

@@ -102,30 +102,18 @@ template <typename Storage>
 void GptT<Storage>::init_weights(uint64_t seed) {
   const double std = config_.init_std;
   const double residual_std = std / std::sqrt(2.0 * config_.n_layer);  // GPT-2 scaled init
-  std::vector<float> host(static_cast<size_t>(num_parameters_));
-  for (size_t i = 0; i < table_.size(); ++i) {
-    const ParameterInfo& info = table_[i];
-    int64_t full_numel = 1;
-    for (int64_t d : info.full_shape) full_numel *= d;
-    std::vector<float> full;
-    if (ends_with(info.name, ".bias")) {
-      full.assign(full_numel, 0.0f);
-    } else if (info.name.starts_with("ln_f.") || ends_with(info.name, "ln_1.weight") ||
-               ends_with(info.name, "ln_2.weight")) {
-      full.assign(full_numel, 1.0f);
-    } else {
-      bool residual =
-          ends_with(info.name, "attn.proj.weight") || ends_with(info.name, "mlp.fc2.weight");
-      // The stream depends on the tensor's index only, which is the same for every tp.
-      full = normal_bf16_values(tensor_seed(seed, i), full_numel, residual ? residual_std : std);
-      if (info.name == "wte.weight" || info.name == "lm_head.weight") {
-        // Padding rows (ids >= vocab_size) stay zero: no token or target ever uses them.
-        std::fill(full.begin() + int64_t{config_.vocab_size} * C_, full.end(), 0.0f);
-      }
-    }
-    std::vector<float> shard = extract_shard(full, info, layout_);
-    std::copy(shard.begin(), shard.end(), host.begin() + info.offset);
-  }
+  const std::vector<float> host =
+      initial_values(table_, num_parameters_, layout_, seed, [&](const ParameterInfo& info) {
+        if (ends_with(info.name, ".bias")) return TensorInit{TensorInit::zeros};
+        if (info.name.starts_with("ln_f.") || ends_with(info.name, "ln_1.weight") ||
+            ends_with(info.name, "ln_2.weight"))
+          return TensorInit{TensorInit::ones};
+        const bool residual =
+            ends_with(info.name, "attn.proj.weight") || ends_with(info.name, "mlp.fc2.weight");
+        const bool vocab = info.name == "wte.weight" || info.name == "lm_head.weight";
+        return TensorInit{TensorInit::normal, residual ? residual_std : std,
+                          vocab ? int64_t{config_.vocab_size} : -1};
+      });
   load_parameters(host.data());
 }
 

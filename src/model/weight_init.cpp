@@ -1,5 +1,6 @@
 #include "model/weight_init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -47,6 +48,31 @@ std::vector<float> extract_shard(const std::vector<float>& full, const Parameter
   std::vector<float> shard(static_cast<size_t>(info.numel));
   copy_shard_out_of(full.data(), shard.data(), info, layout, sizeof(float));
   return shard;
+}
+
+std::vector<float> initial_values(const std::vector<ParameterInfo>& table, int64_t num_parameters,
+                                  const ParallelLayout& layout, uint64_t seed,
+                                  const std::function<TensorInit(const ParameterInfo&)>& rule) {
+  std::vector<float> host(size_t(num_parameters), 0.0f);
+  for (size_t i = 0; i < table.size(); i++) {
+    const ParameterInfo& info = table[i];
+    int64_t full_numel = 1;
+    for (int64_t d : info.full_shape) full_numel *= d;
+    const TensorInit init = rule(info);
+    std::vector<float> full;
+    if (init.kind == TensorInit::normal) {
+      full = normal_bf16_values(tensor_seed(seed, i), full_numel, init.std);
+      if (init.real_rows >= 0) {  // padding rows: no token or target ever uses them
+        const int64_t row = full_numel / info.full_shape[0];
+        std::fill(full.begin() + init.real_rows * row, full.end(), 0.0f);
+      }
+    } else {
+      full.assign(size_t(full_numel), init.kind == TensorInit::ones ? 1.0f : 0.0f);
+    }
+    const std::vector<float> shard = extract_shard(full, info, layout);
+    std::copy(shard.begin(), shard.end(), host.begin() + info.offset);
+  }
+  return host;
 }
 
 }  // namespace collage
