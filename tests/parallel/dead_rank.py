@@ -33,8 +33,9 @@ checkpoint: {{interval: 0}}
 """
 
 
-def rank_pids(mpirun_pid):
-    """world rank -> pid of the collage processes mpirun started."""
+def rank_pids(marker):
+    """world rank -> pid of the collage ranks whose command line holds `marker` (the job's own
+    logging.dir: other jobs on the machine, such as a parallel ctest, are never touched)."""
     pids = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -46,7 +47,8 @@ def rank_pids(mpirun_pid):
                 cmdline = f.read()
         except OSError:
             continue
-        if b"collage" in cmdline and b"OMPI_COMM_WORLD_RANK" in env and b"train" in cmdline:
+        if (b"collage" in cmdline and b"OMPI_COMM_WORLD_RANK" in env and b"train" in cmdline
+                and marker.encode() in cmdline):
             pids[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
     return pids
 
@@ -72,7 +74,7 @@ def run_case(args, work, how, victim):
             steps += bool(re.search(r"step\s+\d+/", line))
         if steps < 3:
             return "FAIL %s rank %d: the job did not train:\n%s" % (how, victim, "".join(output))
-        pids = rank_pids(job.pid)
+        pids = rank_pids("logging.dir=" + log_dir)
         if victim not in pids:
             return "FAIL: no process of rank %d among %s" % (victim, pids)
         hit = time.time()
@@ -97,7 +99,7 @@ def run_case(args, work, how, victim):
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-        for pid in rank_pids(job.pid).values():  # stopped leftovers, if any
+        for pid in rank_pids("logging.dir=" + log_dir).values():  # stopped leftovers, if any
             os.kill(pid, signal.SIGKILL)
 
 
