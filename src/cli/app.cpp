@@ -12,8 +12,8 @@ namespace collage {
 
 int run_cli(int argc, char** argv) {
   CLI::App app{
-      "collage: pretrain GPT models with bf16-only training state and the Collage "
-      "optimizer.\n\nTypical use:\n"
+      "collage: pretrain GPT, BERT and RoBERTa models with bf16-only training state and the "
+      "Collage optimizer.\n\nTypical use:\n"
       "  collage prepare-gpt --input corpus.jsonl --output-prefix data/my_text\n"
       "  collage inspect data/my_text\n"
       "  collage train configs/demo/gpt-demo.yaml --set training.max_steps=100\n"
@@ -32,6 +32,8 @@ int run_cli(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const ExitStatus& e) {
+    return e.status;
   } catch (const Error& e) {
     std::cerr << "collage: error: " << e.what() << "\n";
     return 1;

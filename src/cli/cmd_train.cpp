@@ -4,6 +4,8 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
+#include "core/error.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace collage {
@@ -32,7 +34,11 @@ void add_train_command(CLI::App& root) {
       "Parallel: `mpirun -np N collage train CONFIG` trains on N ranks, parallel.tensor_parallel\n"
       "per tensor-parallel group and N / tensor_parallel data-parallel replicas (parallel.zero: 1\n"
       "shards the optimizer state over them); rank 0 logs, step lines add each rank's TP/DP\n"
-      "traffic, and checkpoints resume at any layout (docs/PARALLEL.md, scripts/launch/).");
+      "traffic, and checkpoints resume at any layout (docs/PARALLEL.md, scripts/launch/).\n"
+      "Preemption: SIGTERM, SIGUSR1 or SIGINT finish the current step, write a checkpoint and\n"
+      "exit with status 75 (every rank stops at the same step); a second SIGINT aborts at once.\n"
+      "Exit status: 0 done, 75 stopped by a signal with a checkpoint (resume with --resume),\n"
+      "1 an error (the message names the file, key or step), 2 an internal error.");
   cmd->add_option("config", options->config_path, "YAML config file (see configs/)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -66,6 +72,7 @@ void add_train_command(CLI::App& root) {
     train_options.convert_precision = options->convert_precision;
     train_options.init_from = options->init_from;
     TrainResult result = train(config, train_options);
+    if (result.stopped_by_signal) throw ExitStatus{kExitStopped};
     spdlog::info(
         "done: step {}, loss {:.4f}{}", result.last_step, result.last_loss,
         result.last_val_loss >= 0 ? fmt::format(", val loss {:.4f}", result.last_val_loss) : "");

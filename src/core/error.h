@@ -13,6 +13,12 @@
 
 namespace collage {
 
+// Thrown by a command that ends with a non-zero status that is not an error (collage train
+// stopped by a signal after writing its checkpoint): the CLI exits with `status`.
+struct ExitStatus {
+  int status = 0;
+};
+
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}

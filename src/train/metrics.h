@@ -1,8 +1,9 @@
 #pragma once
 // MetricsFile: one JSON object per line (metrics.jsonl), one per logged step or
-// evaluation. On resume at step s, lines of steps after s are dropped first, so the file
-// always describes one consistent run.
-#include <cstdio>
+// evaluation. On resume at step s, lines of steps after s are dropped first (the cut file
+// replaces the old one by a rename, so a crash leaves one or the other, never half), so the
+// file always describes one consistent run. Each record is appended with a single write(2):
+// a run killed with SIGKILL leaves whole lines only.
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -16,11 +17,14 @@ class MetricsFile {
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;
 
-  void write(const nlohmann::json& record);  // appended and flushed
+  void write(const nlohmann::json& record);  // appended, whole
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
 };
+
+// Now as ISO 8601 UTC with milliseconds, "2026-11-23T17:04:05.123Z": the records' "time".
+std::string utc_timestamp();
 
 }  // namespace collage

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "train/metrics.h"
 #include "train/parallel_run.h"
 #include "train/progress.h"
+#include "train/stop_signal.h"
 #include "train/training_checkpoint.h"
 #include "train/training_task.h"
 
@@ -34,6 +36,10 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// The console sink, silenced to log a fatal error to the files only (the CLI prints it on
+// stderr itself).
+std::shared_ptr<spdlog::sinks::sink> g_console_sink;
 
 // Rank 0: console and <logging.dir>/train.log, same lines. Other ranks: errors on the
 // console, and everything in <logging.dir>/rank_<r>.log with logging.all_ranks.
@@ -50,12 +56,29 @@ void setup_logging(const Config& config, const RankLayout& layout) {
         (fs::path(config.logging.dir) / name).string(), /*truncate=*/false));
   }
   auto logger = std::make_shared<spdlog::logger>("collage", sinks.begin(), sinks.end());
-  logger->set_pattern(layout.world_size > 1 && !lead
-                          ? fmt::format("[%H:%M:%S] [rank {}] %v", layout.world_rank)
-                          : "[%H:%M:%S] %v");
+  const std::string rank =
+      layout.world_size > 1 && !lead ? fmt::format("[rank {}] ", layout.world_rank) : std::string();
+  // The console: time and message. The log files: date, time with ms and level on every line.
+  console->set_pattern("[%H:%M:%S] " + rank + "%v");
+  for (size_t i = 1; i < sinks.size(); i++)
+    sinks[i]->set_pattern("%Y-%m-%d %H:%M:%S.%e [%l] " + rank + "%v");
   logger->set_level(spdlog::level::from_str(config.logging.level));
-  logger->flush_on(spdlog::level::warn);  // warnings reach train.log even if the run dies
+  logger->flush_on(spdlog::level::trace);  // every line reaches the file whole, at once
+  g_console_sink = console;
   spdlog::set_default_logger(logger);
+}
+
+const char* signal_name(int signal) {
+  switch (signal) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "a stop signal";
+  }
 }
 
 std::string checkpoint_dir(const Config& config) {
@@ -262,6 +285,8 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     // A fresh run's step-0 record: what the strategy costs, and the starting point of the
     // validation curve (≈ ln(vocab) for a fresh model).
     nlohmann::json record = {{"step", 0},
+                             {"time", utc_timestamp()},
+                             {"tokens", 0},
                              {"precision", precision_name(config.optimizer.precision)},
                              {"bytes_per_parameter", memory.bytes_per_parameter()}};
     if (tc.eval_interval > 0) {
@@ -313,12 +338,14 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     const int64_t dp_bytes = parallel.dp_traffic.bytes - dp_before.bytes;
 
     nlohmann::json record = {{"step", t},
+                             {"time", utc_timestamp()},
                              {"loss", loss},
                              {"lr", lr},
                              {"grad_norm", grad_norm},
                              {"tokens_per_s", tokens_per_step / step_seconds},
                              {"ms_per_step", 1e3 * step_seconds},
-                             {"consumed_samples", consumed_samples}};
+                             {"consumed_samples", consumed_samples},
+                             {"tokens", consumed_samples * T}};
     record.update(train.metrics);
     if (parallel.multi_rank()) {
       record["comm_tp_bytes"] = tp_bytes;
@@ -367,6 +394,20 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       progress.clear();
       result.last_checkpoint = save(run);
     }
+    // Preemption (stop_signal.h): the ranks agree on the step, whichever rank was signalled.
+    float stop_signal = float(stop_signal_received());
+    if (parallel.multi_rank()) parallel.host_world().all_reduce_max(&stop_signal, 1);
+    if (stop_signal > 0 && t < tc.max_steps) {
+      progress.clear();
+      const int signal = int(stop_signal);
+      if (!checkpoint_now) result.last_checkpoint = save(run);
+      spdlog::warn(
+          "{} received: stopped after step {} with checkpoint {}; continue with --resume (exit "
+          "status {})",
+          signal_name(signal), t, result.last_checkpoint, kExitStopped);
+      result.stopped_by_signal = signal;
+      break;
+    }
   }
   progress.finish();
   spdlog::default_logger()->flush();  // train.log complete when train() returns
@@ -379,9 +420,17 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 TrainResult train(const Config& config, const TrainOptions& options) {
   ParallelRun parallel(config);  // MPI (under mpirun) lives as long as this
   setup_logging(config, parallel.layout());
+  install_stop_signals();
   try {
     return train_ranks(config, options, parallel);
   } catch (const std::exception& e) {
+    // The error in the log files too: stderr gets it from the CLI (one process) or from
+    // abort_job, which logs it as well (several ranks).
+    if (!parallel.multi_rank()) {
+      g_console_sink->set_level(spdlog::level::off);
+      spdlog::critical("{}", e.what());
+      g_console_sink->set_level(spdlog::level::trace);
+    }
     // A rank that fails alone would leave the others blocked in a collective: end the job.
     if (parallel.multi_rank()) parallel.abort_job(e.what());
     throw;

@@ -24,6 +24,9 @@ struct TrainResult {
   double last_loss = 0;
   double last_val_loss = -1;  // -1: never evaluated
   std::string last_checkpoint;
+  // The signal that stopped the run before max_steps (stop_signal.h), after it saved
+  // last_checkpoint; 0: the run reached max_steps.
+  int stopped_by_signal = 0;
 };
 
 // For commands that measure one process (bench): throws Error when started by mpirun with
