@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "core/error.h"
@@ -127,6 +129,11 @@ TEST_F(TrainerTest, NonFiniteLossStopsWithoutDamagingCheckpoints) {
   }
   EXPECT_EQ(resolve_resume("latest", (dir_ / "run" / "checkpoints").string()), good);
   EXPECT_NO_THROW(load_checkpoint(good));
+  // The error is in train.log too, dated and at level critical.
+  std::ifstream log(dir_ / "run" / "train.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("[critical] step "), std::string::npos) << text;
+  EXPECT_NE(text.find("without writing a checkpoint"), std::string::npos) << text;
 }
 
 TEST_F(TrainerTest, TokenIdAtOrAboveVocabIsRejectedNamingTheFile) {
