@@ -1,14 +1,35 @@
 // The `collage` root command: subcommand dispatch, --version, and the one place where an
 // Error becomes a message on stderr and a non-zero exit.
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "collage_version.h"
+#include "config/config_fields.h"
 #include "core/error.h"
 
 namespace collage {
+namespace {
+
+// A command line CLI11 rejected, said the way every other error is, with a hint.
+std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& e, int argc,
+                                 char** argv) {
+  std::vector<std::string> names;
+  for (const CLI::App* command : app.get_subcommands({})) names.push_back(command->get_name());
+  const std::string list = fmt::format("commands: {}", fmt::join(names, ", "));
+  if (argc < 2) return fmt::format("no command given ({}; collage --help)", list);
+  const std::string first = argv[1];
+  if (!first.starts_with("-") && std::find(names.begin(), names.end(), first) == names.end())
+    return fmt::format("unknown command '{}'{} ({})", first, did_you_mean(first, names), list);
+  const std::string command =
+      std::find(names.begin(), names.end(), first) != names.end() ? " " + first : "";
+  return fmt::format("{} (collage{} --help)", e.what(), command);
+}
+
+}  // namespace
 
 int run_cli(int argc, char** argv) {
   CLI::App app{
@@ -30,8 +51,15 @@ int run_cli(int argc, char** argv) {
   add_tokenize_command(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "collage: error: " << describe_parse_error(app, e, argc, argv) << "\n";
+    return 2;
   } catch (const ExitStatus& e) {
     return e.status;
   } catch (const Error& e) {

@@ -31,10 +31,10 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--set", options->overrides, "Override a config key (repeatable)");
   cmd->add_option("--steps", options->bench.steps, "Timed steps (averaged)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--warmup", options->bench.warmup_steps, "Untimed steps first")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->callback([options] {
     Config config = load_config(options->config_path, options->overrides);
     COLLAGE_CHECK(config.model.arch == "gpt",

@@ -275,10 +275,10 @@ void add_inspect_command(CLI::App& root) {
   cmd->add_option("--samples", o->samples,
                   "Print the token ids of the first N samples of the split, in training order "
                   "(default: 0 = none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--seq-len", o->seq_len, "Sequence length of the samples")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--seed", o->seed, "Dataset shuffle seed (data.seed in the config)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{0xffffffff}));
@@ -290,7 +290,7 @@ void add_inspect_command(CLI::App& root) {
   cmd->add_option("--num-samples", o->num_samples,
                   "Samples the dataset is built for (training: max_steps * global_batch_size); "
                   "it decides the number of epochs and so the order (default: --samples)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_flag("--check", o->check,
                 "BERT HDF5: read every sample and check its values (ids, 0/1 masks and labels, "
                 "positions < seq_len); reads all the data");

@@ -170,12 +170,12 @@ void add_plan_command(CLI::App& root) {
   cmd->add_option("--tensor-parallel", options->tensor_parallel,
                   "Tensor-parallel size to plan for (must divide the heads and the ffn "
                   "width). Default: the config's parallel.tensor_parallel")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--data-parallel", options->data_parallel,
                   "Data-parallel size: the global batch divides over it, and with --set "
                   "parallel.zero=1 so does the optimizer state (ZeRO-1)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--memory", options->memory,
                   "Memory of one device, e.g. 40GB, 80GB or 39.5GiB (KB/MB/GB/TB are powers of "
                   "10, KiB/MiB/GiB/TiB powers of 2): also print the largest micro-batch that "

@@ -87,7 +87,7 @@ void add_prepare_bert_command(CLI::App& root) {
                   "Threads for tokenising and building instances; 0 = OpenMP's default "
                   "(OMP_NUM_THREADS or all cores). The output does not depend on it.")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
 
   cmd->callback([options] {
     if (!std::filesystem::exists(options->vocab_file))

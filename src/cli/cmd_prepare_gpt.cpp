@@ -41,7 +41,7 @@ void add_prepare_gpt_command(CLI::App& root) {
   cmd->add_option("--threads", options->threads,
                   "Tokeniser threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
 
   cmd->callback([options] {
     for (const auto& [file, flag] : {std::pair{options->vocab_file, "--vocab-file"},
