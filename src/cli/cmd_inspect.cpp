@@ -156,7 +156,9 @@ void print_length_histogram(std::span<const int32_t> lengths, int64_t max_len) {
     const auto it = std::upper_bound(edges.begin(), edges.end(), int64_t{len});
     ++counts[it - edges.begin() - 1];
   }
-  const int64_t most = std::max(empty, *std::max_element(counts.begin(), counts.end()));
+  // (All sequences empty: no length range, counts is empty.)
+  const int64_t most =
+      std::max(empty, counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end()));
   auto bar = [&](int64_t c) {
     const int64_t width = most > 0 ? (c * 40 + most - 1) / most : 0;
     return std::string(static_cast<size_t>(width), '#');

@@ -105,9 +105,17 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> dataset, int64_t fi
   COLLAGE_CHECK(tokens_per_epoch_ > 0, "{}: sequences [{}, {}) hold no tokens", name,
                 first_sequence, end_sequence);
 
-  // Smallest E with (E * tokens_per_epoch - 1) // S >= num_samples (each sample reads S+1).
-  num_epochs_ = 1;
-  while ((num_epochs_ * tokens_per_epoch_ - 1) / seq_len < num_samples) ++num_epochs_;
+  // Smallest E >= 1 with (E * tokens_per_epoch - 1) // S >= num_samples (each sample reads
+  // S+1), i.e. E * tokens_per_epoch >= num_samples * S + 1: computed, not searched, and
+  // refused before it overflows.
+  COLLAGE_CHECK(num_samples <= (std::numeric_limits<int64_t>::max() - tokens_per_epoch_) / seq_len,
+                "{}: {} samples of {} tokens are more than 64-bit token counts can address", name,
+                num_samples, seq_len);
+  num_epochs_ =
+      std::max<int64_t>(1, (num_samples * seq_len + tokens_per_epoch_) / tokens_per_epoch_);
+  COLLAGE_CHECK(num_epochs_ <= std::numeric_limits<int32_t>::max(),
+                "{}: {} samples of {} tokens need {} epochs of the data, too many", name,
+                num_samples, seq_len, num_epochs_);
   const int64_t num_docs = end_sequence - first_sequence;
   COLLAGE_CHECK(num_epochs_ * num_docs <= std::numeric_limits<int32_t>::max(),
                 "{}: {} samples of {} tokens need {} epochs of {} sequences, too many for an "

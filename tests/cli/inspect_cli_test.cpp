@@ -3,6 +3,7 @@
 // token ids with the numpy reference (tests/fixtures/gpt_dataset_reference.json).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -124,6 +125,38 @@ TEST(InspectCli, ErrorsNameTheProblem) {
   run = run_collage("inspect '" + prefix("gpt_dataset_u16") + "' --samples 3 --num-samples 2");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.output.find("--num-samples 2"), std::string::npos) << run.output;
+}
+
+// A valid dataset whose sequences are all empty is summarised (it used to crash in the length
+// histogram), and sampling it is a clear error; an absurd --num-samples is refused at once (it
+// used to search epochs for ever).
+TEST(InspectCli, EmptySequencesAndHugeSampleCountsAreHandled) {
+  const std::filesystem::path empty =
+      std::filesystem::temp_directory_path() / ("collage_empty_" + std::to_string(::getpid()));
+  {
+    std::ofstream(empty.string() + ".bin", std::ios::binary);  // no tokens
+    std::ofstream idx(empty.string() + ".idx", std::ios::binary);
+    auto put = [&](auto value) { idx.write(reinterpret_cast<const char*>(&value), sizeof(value)); };
+    idx.write("MMIDIDX\0\0", 9);
+    put(uint64_t{1}), put(uint8_t{8}), put(uint64_t{3}), put(uint64_t{4});  // 3 sequences, uint16
+    for (int i = 0; i < 3; i++) put(int32_t{0});                            // lengths
+    for (int i = 0; i < 3; i++) put(int64_t{0});                            // byte pointers
+    for (int64_t d = 0; d <= 3; d++) put(d);                                // document index
+  }
+  CommandResult run = run_collage("inspect '" + empty.string() + "'");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("0 (empty)          3"), std::string::npos) << run.output;
+  run = run_collage("inspect '" + empty.string() + "' --samples 1 --seq-len 8");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("hold no tokens"), std::string::npos) << run.output;
+  std::filesystem::remove(empty.string() + ".bin");
+  std::filesystem::remove(empty.string() + ".idx");
+
+  run = run_collage("inspect '" + prefix("gpt_dataset_u16") +
+                    "' --samples 1 --seq-len 8 --num-samples 9223372036854775807");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("more than 64-bit token counts can address"), std::string::npos)
+      << run.output;
 }
 
 }  // namespace
