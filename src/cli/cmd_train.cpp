@@ -51,7 +51,9 @@ void add_train_command(CLI::App& root) {
                   "keys apply on top of the file's, before --set");
   auto* resume = cmd->add_option("--resume", options->resume,
                                  "Continue from a checkpoint: 'latest' (newest valid checkpoint in "
-                                 "checkpoint.dir) or a path to a .ckpt file. Default: start fresh")
+                                 "checkpoint.dir), 'auto' (latest when there is a checkpoint, else "
+                                 "start fresh: for jobs that are requeued) or a path to a .ckpt "
+                                 "file. Default: start fresh")
                      ->expected(0, 1);
   cmd->add_option("--init-from", options->init_from,
                   "Start a new run from a checkpoint's weights (a .ckpt file, a set's manifest, or "
@@ -73,6 +75,7 @@ void add_train_command(CLI::App& root) {
     train_options.init_from = options->init_from;
     TrainResult result = train(config, train_options);
     if (result.stopped_by_signal) throw ExitStatus{kExitStopped};
+    if (result.steps_run == 0) return;  // the trainer said why
     spdlog::info(
         "done: step {}, loss {:.4f}{}", result.last_step, result.last_loss,
         result.last_val_loss >= 0 ? fmt::format(", val loss {:.4f}", result.last_val_loss) : "");

@@ -286,9 +286,9 @@ Checkpoint read_checkpoint(const std::string& path, bool keep_data) {
 
 // ---- the directory ---------------------------------------------------------------------
 
-// step -> path of every `step_<digits>.ckpt` (or, with `suffix` ".ckpt.tmp", leftovers).
-std::map<int64_t, std::string> list_checkpoints(const std::string& dir,
-                                                const std::string& suffix = ".ckpt") {
+}  // namespace
+
+std::map<int64_t, std::string> list_checkpoints(const std::string& dir, const std::string& suffix) {
   std::map<int64_t, std::string> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -304,6 +304,8 @@ std::map<int64_t, std::string> list_checkpoints(const std::string& dir,
   }
   return found;
 }
+
+namespace {
 
 void remove_file(const std::string& path) {
   std::error_code ec;

@@ -25,6 +25,7 @@
 // no step_<step>.ckpt, so the set is never resumed from; a manifest verifies only with every
 // shard it lists.
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -72,6 +73,11 @@ std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest);
 // The checks of load_checkpoint() without keeping the tensor data in memory; for a manifest,
 // of every shard it lists too.
 void verify_checkpoint(const std::string& path);
+
+// step -> path of every `step_<digits>.ckpt` in `dir` (or, with `suffix` ".ckpt.tmp",
+// leftovers of interrupted saves); empty when `dir` does not exist.
+std::map<int64_t, std::string> list_checkpoints(const std::string& dir,
+                                                const std::string& suffix = ".ckpt");
 
 // What `--resume ARG` means:
 //  - "latest": the newest checkpoint in `dir` that verifies: the one `<dir>/latest` names,

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -84,6 +85,13 @@ const char* signal_name(int signal) {
 std::string checkpoint_dir(const Config& config) {
   return config.checkpoint.dir.empty() ? (fs::path(config.logging.dir) / "checkpoints").string()
                                        : config.checkpoint.dir;
+}
+
+// For a run that stops on an error: where to resume from.
+std::string last_good_checkpoint(const Config& config) {
+  const std::map<int64_t, std::string> found = list_checkpoints(checkpoint_dir(config));
+  return found.empty() ? fmt::format("no checkpoint was written to {} yet", checkpoint_dir(config))
+                       : fmt::format("the last good one is {}", found.rbegin()->second);
 }
 
 // Everything a run needs, built once from the config.
@@ -257,18 +265,24 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       "{}", format_memory_report(memory, fmt::format("memory of rank {} of {}", layout.world_rank,
                                                      layout.world_size)));
 
-  if (!options.resume.empty()) {
+  // --resume auto (a requeued job): continue when there is a checkpoint, else start fresh.
+  std::string resume = options.resume;
+  if (resume == "auto") {
+    resume = list_checkpoints(checkpoint_dir(config)).empty() ? "" : "latest";
+    if (resume.empty())
+      spdlog::info("--resume auto: no checkpoint in {}: starting fresh", checkpoint_dir(config));
+  }
+  if (!resume.empty()) {
     run.progress =
-        restore_training_checkpoint(resolve_resume(options.resume, checkpoint_dir(config)), config,
+        restore_training_checkpoint(resolve_resume(resume, checkpoint_dir(config)), config,
                                     *run.backend, model, *run.optimizer, options.convert_precision);
   }
   int64_t& step = run.progress.step;
   int64_t& consumed_samples = run.progress.consumed_samples;
   std::unique_ptr<MetricsFile> metrics;
   if (lead)
-    metrics =
-        std::make_unique<MetricsFile>((fs::path(config.logging.dir) / "metrics.jsonl").string(),
-                                      options.resume.empty() ? -1 : step);
+    metrics = std::make_unique<MetricsFile>(
+        (fs::path(config.logging.dir) / "metrics.jsonl").string(), resume.empty() ? -1 : step);
   auto write_metrics = [&](const nlohmann::json& record) {
     if (metrics) metrics->write(record);
   };
@@ -278,9 +292,15 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 
   TrainResult result;
   ProgressBar progress(lead ? config.logging.progress : "off", step + 1, tc.max_steps);
-  spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step{}", step + 1,
-               tc.max_steps, micro_batches, B, T,
-               layout.dp > 1 ? fmt::format(" on each of {} data-parallel ranks", layout.dp) : "");
+  if (step >= tc.max_steps)
+    spdlog::warn(
+        "the run is already at step {} of training.max_steps {}: nothing to train (raise "
+        "training.max_steps to continue it)",
+        step, tc.max_steps);
+  else
+    spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step{}", step + 1,
+                 tc.max_steps, micro_batches, B, T,
+                 layout.dp > 1 ? fmt::format(" on each of {} data-parallel ranks", layout.dp) : "");
   if (step == 0) {
     // A fresh run's step-0 record: what the strategy costs, and the starting point of the
     // validation curve (≈ ln(vocab) for a fresh model).
@@ -307,19 +327,15 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     const double loss = train.loss;
     if (!std::isfinite(loss)) {
       progress.clear();
-      fail(
-          "step {}: the training loss is {}; stopping without writing a checkpoint (the last "
-          "good one is in {})",
-          t, loss, checkpoint_dir(config));
+      fail("step {}: the training loss is {}; stopping without writing a checkpoint ({})", t, loss,
+           last_good_checkpoint(config));
     }
     // Global-norm clipping of the averaged gradient.
     const double grad_norm = run.gradient_norm();
     if (!std::isfinite(grad_norm)) {
       progress.clear();
-      fail(
-          "step {}: the gradient norm is {}; stopping without writing a checkpoint (the last good "
-          "one is in {})",
-          t, grad_norm, checkpoint_dir(config));
+      fail("step {}: the gradient norm is {}; stopping without writing a checkpoint ({})", t,
+           grad_norm, last_good_checkpoint(config));
     }
     if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip) {
       const ParameterRegion region = run.update_region();
@@ -387,6 +403,7 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     write_metrics(record);  // every step; the console only every log_interval steps
     progress.update(t, loss);
     result.last_loss = loss;
+    result.steps_run++;
     const bool checkpoint_now =
         (config.checkpoint.interval > 0 && t % config.checkpoint.interval == 0) ||
         t == tc.max_steps;

@@ -10,7 +10,9 @@
 namespace collage {
 
 struct TrainOptions {
-  std::string resume;  // "" (fresh run), "latest", or a checkpoint path
+  // "" (fresh run), "latest", "auto" (latest when a checkpoint exists, else fresh), or a
+  // checkpoint path or directory
+  std::string resume;
   // Resume a checkpoint of another optimizer.precision by converting its state
   // (precision_conversion.h); without it such a resume is refused.
   bool convert_precision = false;
@@ -21,6 +23,7 @@ struct TrainOptions {
 
 struct TrainResult {
   int64_t last_step = 0;
+  int64_t steps_run = 0;  // by this call (0: a resumed run that was already at max_steps)
   double last_loss = 0;
   double last_val_loss = -1;  // -1: never evaluated
   std::string last_checkpoint;

@@ -136,6 +136,34 @@ TEST_F(TrainerTest, NonFiniteLossStopsWithoutDamagingCheckpoints) {
   EXPECT_NE(text.find("without writing a checkpoint"), std::string::npos) << text;
 }
 
+// --resume auto, for requeued jobs: the first run starts fresh, the next continues; a run that
+// is already at max_steps trains nothing and says so.
+TEST_F(TrainerTest, ResumeAutoStartsFreshThenContinues) {
+  TrainOptions automatic;
+  automatic.resume = "auto";
+  TrainResult first = train(tiny_config("run", {"training.max_steps=3"}), automatic);
+  EXPECT_EQ(first.steps_run, 3);
+  TrainResult second = train(tiny_config("run"), automatic);
+  EXPECT_EQ(second.steps_run, 3);  // steps 4..6
+  EXPECT_EQ(second.last_step, 6);
+  EXPECT_EQ(metrics("run").size(), 7u);  // step 0 and 1..6, nothing lost or repeated
+  TrainResult third = train(tiny_config("run"), automatic);
+  EXPECT_EQ(third.steps_run, 0);
+  EXPECT_EQ(third.last_step, 6);
+}
+
+TEST_F(TrainerTest, NonFiniteStopWithoutCheckpointsSaysSo) {
+  try {
+    train(tiny_config("run", {"optimizer.lr=1.0e+38", "optimizer.min_lr=1.0e+38",
+                              "optimizer.warmup_steps=0", "checkpoint.interval=0"}),
+          {});
+    FAIL() << "expected a non-finite error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint was written to"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(TrainerTest, TokenIdAtOrAboveVocabIsRejectedNamingTheFile) {
   write_dataset((dir_ / "bad").string(), 20, /*bad_token=*/64);
   Config config = tiny_config("run", {"data.datasets=[\"" + (dir_ / "bad").string() + "\"]"});
