@@ -3,10 +3,14 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -38,6 +42,20 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Creates `dir` if needed and checks that a file can be written in it, before any work is
+// spent: an unwritable logging.dir or checkpoint.dir is an error naming the key, not a
+// filesystem exception after the first training steps.
+void ensure_writable_directory(const std::string& dir, const char* key) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  COLLAGE_CHECK(!ec, "{}: cannot create the directory '{}': {}", key, dir, ec.message());
+  const fs::path probe = fs::path(dir) / fmt::format(".collage_write_test_{}", ::getpid());
+  std::FILE* file = std::fopen(probe.c_str(), "w");
+  COLLAGE_CHECK(file != nullptr, "{}: cannot write in '{}': {}", key, dir, std::strerror(errno));
+  std::fclose(file);
+  fs::remove(probe, ec);
+}
+
 // The console sink, silenced to log a fatal error to the files only (the CLI prints it on
 // stderr itself).
 std::shared_ptr<spdlog::sinks::sink> g_console_sink;
@@ -45,7 +63,7 @@ std::shared_ptr<spdlog::sinks::sink> g_console_sink;
 // Rank 0: console and <logging.dir>/train.log, same lines. Other ranks: errors on the
 // console, and everything in <logging.dir>/rank_<r>.log with logging.all_ranks.
 void setup_logging(const Config& config, const RankLayout& layout) {
-  fs::create_directories(config.logging.dir);
+  ensure_writable_directory(config.logging.dir, "logging.dir");
   std::vector<spdlog::sink_ptr> sinks;
   auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
   const bool lead = layout.world_rank == 0;
@@ -231,6 +249,10 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     std::ofstream(fs::path(config.logging.dir) / "config.yaml") << config_to_yaml(config);
   }
   Run run(config, parallel);
+  ensure_writable_directory(checkpoint_dir(config), config.checkpoint.dir.empty()
+                                                        ? "checkpoint.dir (default: "
+                                                          "<logging.dir>/checkpoints)"
+                                                        : "checkpoint.dir");
   if (parallel.multi_rank()) {
     spdlog::info(
         "ranks: {} = tensor-parallel {} x data-parallel {}{} (this is world rank {}: TP "

@@ -164,6 +164,31 @@ TEST_F(TrainerTest, NonFiniteStopWithoutCheckpointsSaysSo) {
   }
 }
 
+// Directories that cannot be written are found before any work, naming the key.
+TEST_F(TrainerTest, UnwritableDirectoriesAreRefusedNamingTheKey) {
+  std::ofstream(dir_ / "a_file") << "not a directory";
+  const std::string file = (dir_ / "a_file").string();
+  try {
+    train(tiny_config("run", {"checkpoint.dir=" + file + "/checkpoints"}), {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.dir: cannot create the directory"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "metrics.jsonl"));  // no step was spent
+  Config config = tiny_config("run");
+  config.logging.dir = file + "/logs";
+  try {
+    train(config, {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logging.dir: cannot create the directory"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(TrainerTest, TokenIdAtOrAboveVocabIsRejectedNamingTheFile) {
   write_dataset((dir_ / "bad").string(), 20, /*bad_token=*/64);
   Config config = tiny_config("run", {"data.datasets=[\"" + (dir_ / "bad").string() + "\"]"});
