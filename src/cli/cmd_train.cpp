@@ -18,6 +18,7 @@ void add_train_command(CLI::App& root) {
     std::string resume;
     std::string init_from;
     bool convert_precision = false;
+    bool allow_config_change = false;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = root.add_subcommand(
@@ -66,12 +67,18 @@ void add_train_command(CLI::App& root) {
                 "its optimizer state to the config's (e.g. fp32-master -> collage-plus keeps the "
                 "master's low bits in the error terms). Default: off, such a resume is refused")
       ->needs(resume);
+  cmd->add_flag("--allow-config-change", options->allow_config_change,
+                "With --resume: continue although the config changes keys that make it another "
+                "run (model shape, vocab, seeds, seq_len, batch sizes, datasets, split); "
+                "without it such a resume is refused, listing each key with its old and new value")
+      ->needs(resume);
   cmd->callback([options, resume] {
     if (resume->count() > 0 && options->resume.empty()) options->resume = "latest";
     Config config = load_config(options->config_path, options->overrides, options->phase);
     TrainOptions train_options;
     train_options.resume = options->resume;
     train_options.convert_precision = options->convert_precision;
+    train_options.allow_config_change = options->allow_config_change;
     train_options.init_from = options->init_from;
     TrainResult result = train(config, train_options);
     if (result.stopped_by_signal) throw ExitStatus{kExitStopped};

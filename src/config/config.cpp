@@ -153,6 +153,25 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(text.str(), path, overrides, phase);
 }
 
+std::vector<ConfigChange> config_changes(const Config& old_config, const Config& new_config) {
+  Config a = old_config, b = new_config;  // config_fields() hands out mutable pointers
+  const std::vector<ConfigField> old_fields = config_fields(a), new_fields = config_fields(b);
+  std::vector<ConfigChange> changes;
+  for (size_t i = 0; i < old_fields.size(); i++) {
+    // write_field gives "  name: value\n" (or a block for the dataset list): the value is the rest.
+    auto value = [](const ConfigField& f) {
+      std::string text = write_field("", f.target, 0);
+      text = text.substr(1);  // the ':' after the empty name
+      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+      while (!text.empty() && (text.front() == ' ' || text.front() == '\n')) text.erase(0, 1);
+      return text;
+    };
+    const std::string before = value(old_fields[i]), after = value(new_fields[i]);
+    if (before != after) changes.push_back({old_fields[i].path, before, after});
+  }
+  return changes;
+}
+
 std::string config_to_yaml(const Config& config) {
   Config copy = config;  // config_fields() hands out mutable pointers
   std::string out = "# collage config, resolved: every key with the value the run uses\n";

@@ -178,6 +178,12 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 // Resolved config as YAML (every key, defaults filled in): logged and saved in checkpoints.
 std::string config_to_yaml(const Config& config);
 
+// A key whose value differs between two configs, with both values as YAML would write them.
+struct ConfigChange {
+  std::string key, old_value, new_value;
+};
+std::vector<ConfigChange> config_changes(const Config& old_config, const Config& new_config);
+
 // precision_name(Precision) is in backend/optimizer_step.h, next to the enum.
 
 // "fp32-master" -> Precision::fp32_master, ...; an unknown name throws Error listing the

@@ -295,9 +295,9 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       spdlog::info("--resume auto: no checkpoint in {}: starting fresh", checkpoint_dir(config));
   }
   if (!resume.empty()) {
-    run.progress =
-        restore_training_checkpoint(resolve_resume(resume, checkpoint_dir(config)), config,
-                                    *run.backend, model, *run.optimizer, options.convert_precision);
+    run.progress = restore_training_checkpoint(
+        resolve_resume(resume, checkpoint_dir(config)), config, *run.backend, model, *run.optimizer,
+        options.convert_precision, options.allow_config_change);
   }
   int64_t& step = run.progress.step;
   int64_t& consumed_samples = run.progress.consumed_samples;

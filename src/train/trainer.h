@@ -16,6 +16,9 @@ struct TrainOptions {
   // Resume a checkpoint of another optimizer.precision by converting its state
   // (precision_conversion.h); without it such a resume is refused.
   bool convert_precision = false;
+  // Resume although the config changes the model, the data order or the batch (see
+  // restore_training_checkpoint); without it such a resume is refused, listing the keys.
+  bool allow_config_change = false;
   // A checkpoint (file, set manifest or directory = its latest) whose weights start this run;
   // optimizer state, schedule and data position start fresh. Excludes `resume`.
   std::string init_from;

@@ -280,6 +280,42 @@ HostTrainingState cut_for_model(const SavedRun& run, const ModelConfig& config,
   return state;
 }
 
+// Keys whose change makes a resumed run another run: the model, the data and its order, the
+// seeds, the batch. (The precision has its own check and --convert-precision.)
+bool changes_the_run(const std::string& key) {
+  if (key == "model.hidden_dropout" || key == "model.attention_dropout") return false;
+  static const std::vector<std::string> keys = {"data.datasets",
+                                                "data.split",
+                                                "data.seq_len",
+                                                "data.seed",
+                                                "data.hdf5_train",
+                                                "data.max_predictions",
+                                                "data.dynamic_masking",
+                                                "training.seed",
+                                                "training.micro_batch_size",
+                                                "training.global_batch_size"};
+  return key.starts_with("model.") || std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// Resuming under changed keys: refused for those that change the run (listing old and new
+// values) unless allowed, logged for the others.
+void check_config_changes(const Config& saved, const Config& config, const std::string& path,
+                          bool allow_config_change) {
+  std::string refused, logged;
+  for (const ConfigChange& c : config_changes(saved, config)) {
+    if (c.key == "optimizer.precision") continue;
+    const std::string line = fmt::format("\n  {}: {} -> {}", c.key, c.old_value, c.new_value);
+    (changes_the_run(c.key) && !allow_config_change ? refused : logged) += line;
+  }
+  COLLAGE_CHECK(refused.empty(),
+                "{}: the config differs from the checkpoint's in keys that change the model, the "
+                "data order or the batch:{}\nresume with the checkpoint's values (its config is "
+                "in the checkpoint and in <logging.dir>/config.yaml), or pass "
+                "--allow-config-change to continue anyway",
+                path, refused);
+  if (!logged.empty()) spdlog::info("resuming {} with a changed config:{}", path, logged);
+}
+
 }  // namespace
 
 void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
@@ -296,9 +332,14 @@ void load_checkpoint_weights(const std::string& path, const Config& config, Back
 
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
                                              Backend& backend, TrainableModel& model,
-                                             Optimizer& optimizer, bool convert_precision) {
+                                             Optimizer& optimizer, bool convert_precision,
+                                             bool allow_config_change) {
   const SavedRun run = read_saved_run(path, config.model, /*with_state=*/true);
   const Checkpoint& top = run.top;
+  if (top.meta.contains("config"))
+    check_config_changes(
+        parse_config(top.meta.at("config").get<std::string>(), path + " (its saved config)"),
+        config, path, allow_config_change);
   const std::string& saved_name = run.precision_name;
   const Precision saved = run.precision;
   const Precision wanted = optimizer.precision();

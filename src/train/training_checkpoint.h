@@ -57,8 +57,12 @@ void load_checkpoint_weights(const std::string& path, const Config& config, Back
 // and optimizer (already constructed from `config` for this rank) and returns the progress it
 // records. A checkpoint of another optimizer.precision is refused, naming both strategies and
 // --convert-precision, unless convert_precision is set: then its state is converted.
+// A config that differs from the checkpoint's in keys that change the run (the model, the data
+// and its order, the seeds, the batch sizes) is refused listing each key with both values,
+// unless allow_config_change; other changed keys are logged.
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,
                                              Backend& backend, TrainableModel& model,
-                                             Optimizer& optimizer, bool convert_precision);
+                                             Optimizer& optimizer, bool convert_precision,
+                                             bool allow_config_change = false);
 
 }  // namespace collage

@@ -189,6 +189,33 @@ TEST_F(TrainerTest, UnwritableDirectoriesAreRefusedNamingTheKey) {
   }
 }
 
+// Resuming under a config that makes it another run is refused, listing each key with both
+// values, unless allowed; a changed learning rate or max_steps is only logged.
+TEST_F(TrainerTest, ResumeRefusesConfigChangesThatChangeTheRun) {
+  train(tiny_config("run", {"training.max_steps=2"}), {});
+  TrainOptions resume;
+  resume.resume = "latest";
+  try {
+    train(tiny_config("run", {"data.seed=7", "training.global_batch_size=8", "model.n_head=4"}),
+          resume);
+    FAIL() << "expected the resume to be refused";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const char* line : {"\n  model.n_head: 2 -> 4", "\n  data.seed: 1234 -> 7",
+                             "\n  training.global_batch_size: 4 -> 8", "--allow-config-change"})
+      EXPECT_NE(message.find(line), std::string::npos) << line << " in " << message;
+  }
+  resume.allow_config_change = true;
+  EXPECT_EQ(train(tiny_config("run", {"data.seed=7", "training.max_steps=3"}), resume).last_step,
+            3);
+  resume.allow_config_change = false;
+  EXPECT_EQ(
+      train(tiny_config("run", {"data.seed=7", "optimizer.lr=1.0e-3", "training.max_steps=4"}),
+            resume)
+          .last_step,
+      4);  // the checkpoint of step 3 carries data.seed 7: only lr and max_steps changed
+}
+
 TEST_F(TrainerTest, TokenIdAtOrAboveVocabIsRejectedNamingTheFile) {
   write_dataset((dir_ / "bad").string(), 20, /*bad_token=*/64);
   Config config = tiny_config("run", {"data.datasets=[\"" + (dir_ / "bad").string() + "\"]"});
