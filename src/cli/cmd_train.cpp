@@ -19,6 +19,7 @@ void add_train_command(CLI::App& root) {
     std::string init_from;
     bool convert_precision = false;
     bool allow_config_change = false;
+    bool overwrite = false;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = root.add_subcommand(
@@ -67,6 +68,10 @@ void add_train_command(CLI::App& root) {
                 "its optimizer state to the config's (e.g. fp32-master -> collage-plus keeps the "
                 "master's low bits in the error terms). Default: off, such a resume is refused")
       ->needs(resume);
+  cmd->add_flag("--overwrite", options->overwrite,
+                "Start a fresh run in a directory that holds an earlier run's checkpoints, "
+                "deleting them (without it, such a run is refused: continue it with --resume)")
+      ->excludes(resume);
   cmd->add_flag("--allow-config-change", options->allow_config_change,
                 "With --resume: continue although the config changes keys that make it another "
                 "run (model shape, vocab, seeds, seq_len, batch sizes, datasets, split); "
@@ -79,6 +84,7 @@ void add_train_command(CLI::App& root) {
     train_options.resume = options->resume;
     train_options.convert_precision = options->convert_precision;
     train_options.allow_config_change = options->allow_config_change;
+    train_options.overwrite = options->overwrite;
     train_options.init_from = options->init_from;
     TrainResult result = train(config, train_options);
     if (result.stopped_by_signal) throw ExitStatus{kExitStopped};

@@ -341,6 +341,14 @@ void prune(const std::string& dir, int64_t saved_step, int keep) {
 
 }  // namespace
 
+void remove_checkpoints(const std::string& dir) {
+  for (const char* suffix : {".ckpt", ".ckpt.tmp"})
+    for (const auto& [step, path] : list_checkpoints(dir, suffix)) remove_file(path);
+  for (const auto& [step, shards] : list_checkpoints(dir, ".shards")) remove_shards(dir, step);
+  std::error_code ec;
+  fs::remove(fs::path(dir) / "latest", ec);
+}
+
 void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint) {
   const std::string dir = fs::path(path).parent_path().string();
   COLLAGE_CHECK(checkpoint.step >= 0, "{}: checkpoint step must be >= 0, got {}", dir,

@@ -79,6 +79,9 @@ void verify_checkpoint(const std::string& path);
 std::map<int64_t, std::string> list_checkpoints(const std::string& dir,
                                                 const std::string& suffix = ".ckpt");
 
+// Deletes every checkpoint of `dir` (files, set shards, leftovers of interrupted saves, `latest`).
+void remove_checkpoints(const std::string& dir);
+
 // What `--resume ARG` means:
 //  - "latest": the newest checkpoint in `dir` that verifies: the one `<dir>/latest` names,
 //    else (missing or corrupt, logged as a warning) the others from the highest step down.

@@ -28,6 +28,7 @@
 #include "train/metrics.h"
 #include "train/parallel_run.h"
 #include "train/progress.h"
+#include "train/run_directory.h"
 #include "train/stop_signal.h"
 #include "train/training_checkpoint.h"
 #include "train/training_task.h"
@@ -289,10 +290,26 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 
   // --resume auto (a requeued job): continue when there is a checkpoint, else start fresh.
   std::string resume = options.resume;
+  const std::map<int64_t, std::string> existing = list_checkpoints(checkpoint_dir(config));
   if (resume == "auto") {
-    resume = list_checkpoints(checkpoint_dir(config)).empty() ? "" : "latest";
+    resume = existing.empty() ? "" : "latest";
     if (resume.empty())
       spdlog::info("--resume auto: no checkpoint in {}: starting fresh", checkpoint_dir(config));
+  }
+  // A fresh run must not mix its checkpoints and metrics with an earlier run's.
+  if (resume.empty() && !existing.empty()) {
+    COLLAGE_CHECK(options.overwrite,
+                  "{} holds checkpoints of an earlier run (the last: {}): continue it with "
+                  "--resume (or --resume auto), or start over with --overwrite, which deletes "
+                  "them",
+                  checkpoint_dir(config), existing.rbegin()->second);
+    parallel.host_world().barrier();  // every rank has seen them before rank 0 deletes them
+    if (lead) {
+      remove_checkpoints(checkpoint_dir(config));
+      spdlog::warn("--overwrite: deleted the {} checkpoint(s) of an earlier run in {}",
+                   existing.size(), checkpoint_dir(config));
+    }
+    parallel.host_world().barrier();
   }
   if (!resume.empty()) {
     run.progress = restore_training_checkpoint(
@@ -457,7 +474,17 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 }  // namespace
 
 TrainResult train(const Config& config, const TrainOptions& options) {
-  ParallelRun parallel(config);  // MPI (under mpirun) lives as long as this
+  ParallelRun parallel(config);            // MPI (under mpirun) lives as long as this
+  std::unique_ptr<RunDirectoryLock> lock;  // one run per logging.dir, held by world rank 0
+  if (parallel.layout().world_rank == 0) {
+    ensure_writable_directory(config.logging.dir, "logging.dir");
+    try {
+      lock = std::make_unique<RunDirectoryLock>(config.logging.dir);
+    } catch (const std::exception& e) {
+      parallel.abort_job(e.what());  // the other ranks would wait for rank 0 for ever
+      throw;
+    }
+  }
   setup_logging(config, parallel.layout());
   install_stop_signals();
   try {

@@ -22,6 +22,9 @@ struct TrainOptions {
   // A checkpoint (file, set manifest or directory = its latest) whose weights start this run;
   // optimizer state, schedule and data position start fresh. Excludes `resume`.
   std::string init_from;
+  // A fresh run into a checkpoint.dir that holds checkpoints deletes them; without it such a run
+  // is refused (resume it, or start over with this).
+  bool overwrite = false;
 };
 
 struct TrainResult {

@@ -48,7 +48,7 @@ TEST(BertDemoCli, PreparesGutenbergShardsAndTrains) {
   EXPECT_NEAR(record["val_mlm_loss"].get<double>(), 10.3, 1.0);
 
   // The shards are prepared once; `collage inspect` reads them.
-  const CommandResult second = run_collage(args + " --set training.max_steps=1");
+  const CommandResult second = run_collage(args + " --set training.max_steps=1 --overwrite");
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("data: using the prepared training shards"), std::string::npos)
       << second.output;

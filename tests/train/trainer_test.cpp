@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "tiny_run.h"
 #include "train/checkpoint.h"
+#include "train/run_directory.h"
 
 namespace collage {
 namespace {
@@ -214,6 +216,42 @@ TEST_F(TrainerTest, ResumeRefusesConfigChangesThatChangeTheRun) {
             resume)
           .last_step,
       4);  // the checkpoint of step 3 carries data.seed 7: only lr and max_steps changed
+}
+
+// One run per directory: a fresh run where an earlier one left checkpoints is refused (resume
+// it or --overwrite, which deletes them), and a second run while one holds the directory's lock
+// fails naming its pid.
+TEST_F(TrainerTest, RunDirectoriesAreNotShared) {
+  train(tiny_config("run", {"training.max_steps=2"}), {});
+  try {
+    train(tiny_config("run", {"training.max_steps=2"}), {});
+    FAIL() << "expected a fresh run over checkpoints to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds checkpoints of an earlier run"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+  }
+  TrainOptions overwrite;
+  overwrite.overwrite = true;
+  EXPECT_EQ(train(tiny_config("run", {"training.max_steps=1"}), overwrite).last_step, 1);
+  // The step-2 checkpoint of the first run is gone: latest is the new run's step 1.
+  EXPECT_EQ(fs::path(resolve_resume("latest", (dir_ / "run" / "checkpoints").string()))
+                .filename()
+                .string(),
+            "step_00000001.ckpt");
+  {
+    RunDirectoryLock held((dir_ / "run").string());  // as a running job would
+    try {
+      train(tiny_config("run", {"training.max_steps=2"}), {"latest"});
+      FAIL() << "expected the locked directory to be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is in use by another collage run (pid " +
+                                           std::to_string(::getpid()) + ")"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(train(tiny_config("run", {"training.max_steps=2"}), {"latest"}).last_step, 2);
 }
 
 TEST_F(TrainerTest, TokenIdAtOrAboveVocabIsRejectedNamingTheFile) {
