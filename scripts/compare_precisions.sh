@@ -28,7 +28,7 @@ mkdir -p "$out"
 for s in $strategies; do
   echo "== $s"
   rm -rf "${out:?}/$s"
-  if ! "$collage" train "$config" "$@" --set optimizer.precision="$s" \
+  if ! "$collage" train "$config" "$@" --overwrite --set optimizer.precision="$s" \
       --set logging.dir="$out/$s" --set checkpoint.interval=0 --set logging.progress=off \
       >"$out/$s.log" 2>&1; then
     tail -n 5 "$out/$s.log" >&2

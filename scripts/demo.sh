@@ -10,4 +10,8 @@ if ! command -v nvcc >/dev/null && [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target collage
-exec ./build/collage train configs/demo/gpt-demo.yaml "$@"
+# Running the demo again starts it over (--overwrite deletes the earlier run's checkpoints),
+# unless you ask to continue it: scripts/demo.sh --resume
+fresh=(--overwrite)
+for arg in "$@"; do [[ $arg == --resume* ]] && fresh=(); done
+exec ./build/collage train configs/demo/gpt-demo.yaml "${fresh[@]}" "$@"
