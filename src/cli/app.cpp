@@ -38,7 +38,10 @@ int run_cli(int argc, char** argv) {
       "  collage prepare-gpt --input corpus.jsonl --output-prefix data/my_text\n"
       "  collage inspect data/my_text\n"
       "  collage train configs/demo/gpt-demo.yaml --set training.max_steps=100\n"
-      "Run `collage <command> --help` for each command's options."};
+      "Run `collage <command> --help` for each command's options.\n\n"
+      "Exit status: 0 success; 1 an error (the message names the file, key or step); 2 a "
+      "command line that does not parse, or an internal error; 75 `train` stopped by SIGTERM, "
+      "SIGUSR1 or SIGINT after writing a checkpoint (resume with --resume)."};
   app.set_version_flag("--version",
                        std::string("collage ") + COLLAGE_VERSION + " (" + COLLAGE_GIT + ")");
   app.require_subcommand(1);

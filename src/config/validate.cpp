@@ -124,9 +124,13 @@ void check_encoder_data(const Checker& c, const DataConfig& d, const ModelConfig
 
 void check_data(const Checker& c, const DataConfig& d, const ModelConfig& m) {
   c.positive("data.seq_len", d.seq_len);
-  if (m.position_embedding == "learned" && d.seq_len > m.max_position_embeddings)
-    c.reject("data.seq_len", "{} exceeds model.max_position_embeddings {} (learned positions)",
-             d.seq_len, m.max_position_embeddings);
+  // Learned positions and the rope table both hold max_position_embeddings positions; RoBERTa's
+  // start past the padding id. Checked here, before any data is loaded or prepared.
+  const int64_t positions =
+      int64_t{d.seq_len} + (m.arch == "roberta" ? int64_t{m.pad_token_id} + 1 : 0);
+  if (positions > m.max_position_embeddings)
+    c.reject("data.seq_len", "{} needs {} positions, more than model.max_position_embeddings {}",
+             d.seq_len, positions, m.max_position_embeddings);
   for (size_t i = 0; i < d.prepare_from.size(); i++)
     if (d.prepare_from[i].empty()) c.reject(fmt::format("data.prepare_from[{}]", i), "empty");
   if (m.arch != "gpt") {

@@ -173,8 +173,8 @@ TEST(ConfigOverrides, AreAppliedBeforeValidation) {
   // The file alone is invalid (seq_len 4096 > 2048 learned positions); the override fixes it.
   std::string yaml = "data:\n  datasets: d\n  seq_len: 4096\n";
   EXPECT_EQ(error_of(yaml),
-            "t.yaml: data.seq_len: 4096 exceeds model.max_position_embeddings 2048 (learned "
-            "positions)");
+            "t.yaml: data.seq_len: 4096 needs 4096 positions, more than "
+            "model.max_position_embeddings 2048");
   Config c = parse_config(yaml, "t.yaml", {"data.seq_len=512", "training.max_steps=7"});
   EXPECT_EQ(c.data.seq_len, 512);
   EXPECT_EQ(c.training.max_steps, 7);

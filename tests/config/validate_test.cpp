@@ -119,13 +119,19 @@ TEST(ConfigValidate, RejectsInconsistentModelShapes) {
        "model.position_embedding: rope needs an even head size, but model.hidden_size 96 / "
        "model.n_head 32 = 3"},
   });
-  // Learned positions cap seq_len; rope does not.
+  // The position table caps seq_len, learned or rope (the rope table has as many rows), and
+  // RoBERTa's positions start past the padding id: checked before any data is read.
   EXPECT_EQ(error_of("data:\n  datasets: d\n  seq_len: 2049\n"),
-            "t.yaml: data.seq_len: 2049 exceeds model.max_position_embeddings 2048 (learned "
-            "positions)");
+            "t.yaml: data.seq_len: 2049 needs 2049 positions, more than "
+            "model.max_position_embeddings 2048");
   parse_config("data:\n  datasets: d\n  seq_len: 2048\n", "t.yaml");
-  parse_config("data:\n  datasets: d\n  seq_len: 4096\nmodel:\n  position_embedding: rope\n",
-               "t.yaml");
+  EXPECT_EQ(error_of("data:\n  datasets: d\n  seq_len: 4096\nmodel:\n  position_embedding: rope\n"),
+            "t.yaml: data.seq_len: 4096 needs 4096 positions, more than "
+            "model.max_position_embeddings 2048");
+  EXPECT_EQ(error_of("model: {arch: roberta, vocab_size: 100, pad_token_id: 1, "
+                     "max_position_embeddings: 514}\ndata: {hdf5_train: d, seq_len: 513}\n"),
+            "t.yaml: data.seq_len: 513 needs 515 positions, more than "
+            "model.max_position_embeddings 514");
   parse_config(with("model", "{hidden_size: 96, n_head: 32}"), "t.yaml");  // odd head, learned
 }
 
