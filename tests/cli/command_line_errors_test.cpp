@@ -18,8 +18,8 @@ void expect_usage_error(const std::string& args, const std::string& message) {
 TEST(CommandLineErrors, UseTheErrorFormatExitTwoAndHint) {
   const std::string commands =
       "commands: train, prepare-gpt, prepare-bert, inspect, bench, plan, tokenize";
-  expect_usage_error("tran x.yaml", "unknown command 'tran' (did you mean 'train'?) (" +
-                                        commands + ")");
+  expect_usage_error("tran x.yaml",
+                     "unknown command 'tran' (did you mean 'train'?) (" + commands + ")");
   expect_usage_error("", "no command given (" + commands + "; collage --help)");
   expect_usage_error("plan configs/demo/gpt-tiny.yaml --tensor-parallel 0",
                      "--tensor-parallel: must be >= 1, got 0 (collage plan --help)");
