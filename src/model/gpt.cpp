@@ -2,6 +2,7 @@
 #include "model/gpt.h"
 
 #include "core/error.h"
+#include "model/parameter_table.h"
 #include "model/vocab_parallel_loss.h"
 
 namespace collage {
@@ -24,13 +25,7 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
       V_(config.vocab_size),
       Vp_(config.padded_vocab(layout.tp)) {
   table_ = gpt_parameter_table(config, layout.tp);  // validates the config
-  COLLAGE_CHECK(layout.tp_rank >= 0 && layout.tp_rank < layout.tp,
-                "GPT: tensor-parallel rank {} outside [0, {})", layout.tp_rank, layout.tp);
-  COLLAGE_CHECK(layout.tp == 1 || (tensor_parallel && tensor_parallel->size() == layout.tp &&
-                                   tensor_parallel->rank() == layout.tp_rank),
-                "GPT: parallel.tensor_parallel {} needs the tensor-parallel group's Comm of {} "
-                "ranks with this rank {} in it",
-                layout.tp, layout.tp, layout.tp_rank);
+  check_tensor_parallel_group("GPT", layout, tensor_parallel);
   COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
   COLLAGE_CHECK(seq_len >= 1 && seq_len <= config.max_position_embeddings,
                 "data.seq_len: {} must be in [1, model.max_position_embeddings = {}]", seq_len,
@@ -39,10 +34,11 @@ GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int m
   local_ffn_ = F_ / layout.tp;
   vocab_begin_ = int64_t{layout.tp_rank} * (Vp_ / layout.tp);
   vocab_end_ = vocab_begin_ + Vp_ / layout.tp;
-  for (const ParameterInfo& info : table_) num_parameters_ += info.numel;
-  COLLAGE_CHECK(memory_multiple >= 1, "GPT: memory multiple {} must be >= 1", memory_multiple);
-  memory_elements_ = padded_parameter_elements(num_parameters_, memory_multiple);
-  replicated_ = collage::replicated_region(table_, layout.tp);
+  const ParameterMemorySize memory =
+      parameter_memory_size(table_, layout.tp, memory_multiple, "GPT");
+  num_parameters_ = memory.num_parameters;
+  memory_elements_ = memory.memory_elements;
+  replicated_ = memory.replicated;
 
   const size_t param_bytes = static_cast<size_t>(memory_elements_) * sizeof(Storage);
   param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "core/error.h"
+#include "model/trainable_model.h"
 
 namespace collage {
 
@@ -51,6 +52,28 @@ void check_tensor_parallel_split(const ModelConfig& c, int tp) {
                 "parallel.tensor_parallel: {} does not divide the ffn size {} "
                 "(model.ffn_hidden_size)",
                 tp, c.ffn());
+}
+
+void check_tensor_parallel_group(const char* model, const ParallelLayout& layout,
+                                 const Comm* tensor_parallel) {
+  COLLAGE_CHECK(layout.tp_rank >= 0 && layout.tp_rank < layout.tp,
+                "{}: tensor-parallel rank {} outside [0, {})", model, layout.tp_rank, layout.tp);
+  COLLAGE_CHECK(layout.tp == 1 || (tensor_parallel && tensor_parallel->size() == layout.tp &&
+                                   tensor_parallel->rank() == layout.tp_rank),
+                "{}: parallel.tensor_parallel {} needs the tensor-parallel group's Comm of {} "
+                "ranks with this rank {} in it",
+                model, layout.tp, layout.tp, layout.tp_rank);
+}
+
+ParameterMemorySize parameter_memory_size(const std::vector<ParameterInfo>& table, int tp,
+                                          int64_t memory_multiple, const char* model) {
+  COLLAGE_CHECK(memory_multiple >= 1, "{}: memory multiple {} must be >= 1", model,
+                memory_multiple);
+  ParameterMemorySize size;
+  for (const ParameterInfo& info : table) size.num_parameters += info.numel;
+  size.memory_elements = padded_parameter_elements(size.num_parameters, memory_multiple);
+  size.replicated = replicated_region(table, tp);
+  return size;
 }
 
 }  // namespace collage

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "dist/comm.h"
 #include "model/parameter_info.h"
 
 namespace collage {
@@ -31,6 +32,22 @@ ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int t
 
 // Megatron's split needs tp to divide the heads and the ffn width: throws Error naming the keys.
 void check_tensor_parallel_split(const ModelConfig& config, int tp);
+
+// A model's place in its tensor-parallel group: the rank is in range, and tp > 1 comes with the
+// group's Comm of tp ranks holding this rank. `model` names the model in the message.
+void check_tensor_parallel_group(const char* model, const ParallelLayout& layout,
+                                 const Comm* tensor_parallel);
+
+// The sizes of a model's parameter (and gradient) memory for its table: the parameters, the
+// elements allocated (rounded up to memory_multiple, zeros behind, for ZeRO-1's equal shards)
+// and the replicated tensors' region.
+struct ParameterMemorySize {
+  int64_t num_parameters = 0;
+  int64_t memory_elements = 0;
+  ParameterRegion replicated;
+};
+ParameterMemorySize parameter_memory_size(const std::vector<ParameterInfo>& table, int tp,
+                                          int64_t memory_multiple, const char* model);
 
 inline bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;

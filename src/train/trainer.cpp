@@ -61,10 +61,9 @@ void ensure_writable_directory(const std::string& dir, const char* key) {
 // stderr itself).
 std::shared_ptr<spdlog::sinks::sink> g_console_sink;
 
-// Rank 0: console and <logging.dir>/train.log, same lines. Other ranks: errors on the
-// console, and everything in <logging.dir>/rank_<r>.log with logging.all_ranks.
+// Rank 0: console and <logging.dir>/train.log (the directory exists), same lines. Other ranks:
+// errors on the console, and everything in <logging.dir>/rank_<r>.log with logging.all_ranks.
 void setup_logging(const Config& config, const RankLayout& layout) {
-  ensure_writable_directory(config.logging.dir, "logging.dir");
   std::vector<spdlog::sink_ptr> sinks;
   auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
   const bool lead = layout.world_rank == 0;
@@ -476,8 +475,8 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 TrainResult train(const Config& config, const TrainOptions& options) {
   ParallelRun parallel(config);            // MPI (under mpirun) lives as long as this
   std::unique_ptr<RunDirectoryLock> lock;  // one run per logging.dir, held by world rank 0
+  ensure_writable_directory(config.logging.dir, "logging.dir");
   if (parallel.layout().world_rank == 0) {
-    ensure_writable_directory(config.logging.dir, "logging.dir");
     try {
       lock = std::make_unique<RunDirectoryLock>(config.logging.dir);
     } catch (const std::exception& e) {
