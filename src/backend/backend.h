@@ -232,5 +232,7 @@ BackendChoice choose_backend(const std::string& requested);
 // The backend of a resolved name (cpu | cuda | cuda-emulated); cpu threads as make_cpu_backend,
 // `device` the GPU for cuda (a rank's node-local rank).
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0, int device = 0);
+// The CUDA device's name ("NVIDIA A100-SXM4-80GB"); "" without CUDA or without a GPU.
+std::string cuda_device_name(int device);
 
 }  // namespace collage

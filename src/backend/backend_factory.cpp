@@ -63,6 +63,15 @@ BackendChoice choose_backend(const std::string& requested) {
 #endif
 }
 
+std::string cuda_device_name(int device) {
+#if defined(COLLAGE_HAVE_CUDA)
+  return cuda::gpu_model_name(device);
+#else
+  (void)device;
+  return "";
+#endif
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads, int device) {
   if (name == "cpu") return make_cpu_backend(threads);
   if (name == "cuda") return make_cuda_backend(device);

@@ -16,6 +16,7 @@
 #include "train/comm_plan.h"
 #include "train/kernel_costs.h"
 #include "train/memory_plan.h"
+#include "train/model_flops.h"
 
 namespace collage {
 namespace {
@@ -100,6 +101,28 @@ std::string plan(const PlanOptions& o) {
       dp > 1 ? (config.parallel.zero == 1 ? " (ZeRO-1: reduce-scatter + all-gather)"
                                           : " (gradient all-reduce)")
              : "");
+
+  // The trainer's MFU count (train/model_flops.h), and what it means in time on the GPUs
+  // collage knows: a step cannot be faster than at 100% MFU.
+  const ModelFlops flops = model_flops(config);
+  const double step_flops = flops.per_sequence() * config.training.global_batch_size;
+  out += fmt::format(
+      "\nModel FLOPs (6N + 12LTC, docs/ARCHITECTURE.md \"Model FLOPs and MFU\"): {:.4g} per "
+      "token (N = {:.4g} M multiplied per token{}), {:.4g} per step of {} sequences\n",
+      flops.per_token(), flops.body_parameters / 1e6,
+      is_encoder(m) ? fmt::format("; heads on {} masked positions and the [CLS] row apart",
+                                  flops.masked_positions)
+                    : "",
+      step_flops, config.training.global_batch_size);
+  for (const char* gpu : {"A100", "H100"}) {
+    const DevicePeak peak = gpu_peak(gpu);
+    const double ideal = step_flops / (peak.flops * tp * dp);
+    out += fmt::format(
+        "  on {} x {} ({:.0f} TFLOP/s bf16 each): at least {:.1f} ms per step, at most {:.0f} "
+        "tokens/s (100% MFU; the step line's MFU says how far a run is from it)\n",
+        tp * dp, gpu, peak.flops / 1e12, 1e3 * ideal,
+        double(config.training.global_batch_size) * config.data.seq_len / ideal);
+  }
 
   if (!o.memory.empty()) {
     const double budget = parse_bytes(o.memory);

@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/model_flops.h"
 #include "train/trainer.h"
 
 namespace collage {
@@ -129,16 +130,19 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
       double(after.synchronizations - before.synchronizations) / options.steps;
   r.step_ms = r.forward_ms + r.backward_ms + r.optimizer_ms;
   r.tokens_per_s = B * T / (r.step_ms / 1e3);
-  const std::vector<Gemm> gemms = step_gemms(config.model, B, T);
-  double flops = 0;
-  for (const Gemm& g : gemms) flops += g.flops();
-  r.model_gflop = flops / 1e9;
+  r.model_gflop = model_flops(config).per_sequence() * B / 1e9;
   r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
+  const DevicePeak peak = backend_peak(choice.name, config.parallel.threads, 0);
+  r.peak_gflops = peak.flops / 1e9;
+  r.peak_source = peak.source;
   if (choice.name == "cpu") {
     const int threads =
         config.parallel.threads > 0 ? config.parallel.threads : omp_get_max_threads();
+    const std::vector<Gemm> gemms = step_gemms(config.model, B, T);
+    double gemm_flops = 0;
+    for (const Gemm& g : gemms) gemm_flops += g.flops();
     r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps), threads);
-    r.sgemm_gflops = r.model_gflop / (r.sgemm_ms / 1e3);
+    r.sgemm_gflops = gemm_flops / 1e9 / (r.sgemm_ms / 1e3);
   }
   return r;
 }
@@ -161,17 +165,25 @@ std::string format_bench(const Config& config, const BenchResult& r) {
   row("optimizer ms", fmt::format("{:.1f}", r.optimizer_ms));
   row("step ms", fmt::format("{:.1f}", r.step_ms));
   row("tokens/s", fmt::format("{:.0f}", r.tokens_per_s));
-  row("matmul GFLOP per step", fmt::format("{:.2f}", r.model_gflop));
+  row("model GFLOP per step", fmt::format("{:.2f}", r.model_gflop));
   row("achieved GFLOP/s", fmt::format("{:.1f}", r.achieved_gflops));
+  if (r.peak_gflops > 0) {
+    row("peak GFLOP/s", fmt::format("{:.1f}", r.peak_gflops));
+    row("MFU", fmt::format("{:.1f}%", 100 * r.achieved_gflops / r.peak_gflops));
+  }
   if (r.sgemm_ms > 0) {
     row("same GEMMs as fp32 sgemm ms", fmt::format("{:.1f}", r.sgemm_ms));
-    row("sgemm GFLOP/s", fmt::format("{:.1f}", r.sgemm_gflops));
+    row("sgemm GFLOP/s on them", fmt::format("{:.1f}", r.sgemm_gflops));
     row("step / sgemm time", fmt::format("{:.2f}x", r.step_ms / r.sgemm_ms));
   }
   if (r.backend != "cpu") {
     row("kernel launches per step", fmt::format("{:.0f}", r.launches_per_step));
     row("host waits per step", fmt::format("{:.0f}", r.synchronizations_per_step));
   }
+  out += fmt::format(
+      "\nModel FLOPs: 6N + 12LTC per token (docs/ARCHITECTURE.md, \"Model FLOPs and MFU\"), "
+      "as the trainer's MFU.\nPeak: {}.\n",
+      r.peak_source);
   return out;
 }
 

@@ -21,10 +21,12 @@ struct BenchResult {
   double synchronizations_per_step = 0;  // host waits for the device (queuing backends)
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, step_ms = 0;
   double tokens_per_s = 0;
-  double model_gflop = 0;      // matmul FLOPs of one step (forward + backward), GFLOP
+  double model_gflop = 0;      // model FLOPs of one step (model_flops.h: 6N + 12LTC), GFLOP
   double achieved_gflops = 0;  // model_gflop / step time
-  double sgemm_ms = 0;         // the same GEMMs as plain fp32 sgemm (cpu backend only)
-  double sgemm_gflops = 0;
+  double peak_gflops = 0;      // the device's peak (model_flops.h); 0: unknown
+  std::string peak_source;     // what the peak is
+  double sgemm_ms = 0;         // the step's GEMMs as plain fp32 sgemm (cpu backend only)
+  double sgemm_gflops = 0;     // their FLOPs / sgemm_ms
 };
 
 BenchResult run_bench(const Config& config, const BenchOptions& options);

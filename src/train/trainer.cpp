@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
+#include "train/model_flops.h"
 #include "train/parallel_run.h"
 #include "train/progress.h"
 #include "train/run_directory.h"
@@ -327,6 +328,20 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 
   const int micro_batches = tc.global_batch_size / (B * layout.dp);
   const double tokens_per_step = run.task->tokens_per_step();
+  // Model FLOPs (model_flops.h) per device per second, against the device's peak.
+  const ModelFlops flops = model_flops(config);
+  const double flops_per_step = flops.per_sequence() * tc.global_batch_size;
+  DevicePeak peak;
+  if (lead) {
+    peak = backend_peak(backend.name, config.parallel.threads, node_local_rank());
+    spdlog::info(
+        "model FLOPs: {:.3g} per token (6N + 12LTC, N = {:.4g}M), {:.3g} per step; MFU "
+        "against {}",
+        flops.per_token(), flops.body_parameters / 1e6, flops_per_step, peak.source);
+  }
+  auto device_flop_rate = [&](double step_seconds) {
+    return flops_per_step / step_seconds / layout.world_size;
+  };
 
   TrainResult result;
   ProgressBar progress(lead ? config.logging.progress : "off", step + 1, tc.max_steps);
@@ -346,7 +361,9 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
                              {"time", utc_timestamp()},
                              {"tokens", 0},
                              {"precision", precision_name(config.optimizer.precision)},
-                             {"bytes_per_parameter", memory.bytes_per_parameter()}};
+                             {"bytes_per_parameter", memory.bytes_per_parameter()},
+                             {"model_flops_per_token", flops.per_token()}};
+    if (peak.flops > 0) record["peak_tflops"] = peak.flops / 1e12;
     if (tc.eval_interval > 0) {
       const TaskFigures val = run.task->validate();
       record["val_loss"] = result.last_val_loss = val.loss;
@@ -401,6 +418,9 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
                              {"consumed_samples", consumed_samples},
                              {"tokens", consumed_samples * T}};
     record.update(train.metrics);
+    const double flop_rate = device_flop_rate(step_seconds);
+    record["model_tflops"] = flop_rate / 1e12;  // per device
+    if (peak.flops > 0) record["mfu"] = flop_rate / peak.flops;
     if (parallel.multi_rank()) {
       record["comm_tp_bytes"] = tp_bytes;
       record["comm_dp_bytes"] = dp_bytes;
@@ -431,12 +451,13 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       progress.clear();
       spdlog::info(
           "step {:>6}/{} | loss {:.4f}{}{} | lr {:.3e} | grad norm {:.3f}{} | {:.0f} tok/s | "
-          "{:.0f} ms/step{}",
+          "{}{} | {:.0f} ms/step{}",
           t, tc.max_steps, loss, train.text,
           evaluate ? fmt::format(" | val loss {:.4f}{}", val.loss, val.text) : "", lr, grad_norm,
           config.optimizer.edq ? edq_summary(edq_figures(edq.total)) : "",
-          tokens_per_step / step_seconds, 1e3 * step_seconds,
-          comm_summary(layout, tp_bytes, dp_bytes));
+          tokens_per_step / step_seconds, format_flop_rate(flop_rate),
+          peak.flops > 0 ? fmt::format(" MFU {:.1f}%", 100 * flop_rate / peak.flops) : "",
+          1e3 * step_seconds, comm_summary(layout, tp_bytes, dp_bytes));
     }
     write_metrics(record);  // every step; the console only every log_interval steps
     progress.update(t, loss);

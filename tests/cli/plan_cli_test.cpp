@@ -2,6 +2,7 @@
 // constructed and compared, for every strategy), the bytes per parameter of COLLAGE.md's
 // table, the per-rank shard sizes at tensor-parallel t, the largest micro-batch that fits,
 // and the command line end to end.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -16,6 +17,7 @@
 #include "run_collage.h"
 #include "train/kernel_costs.h"
 #include "train/memory_plan.h"
+#include "train/model_flops.h"
 
 namespace collage {
 namespace {
@@ -152,6 +154,15 @@ TEST(PlanCli, PrintsTheBreakdownAndTheLargestMicroBatch) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("6658596864 parameters"), std::string::npos) << r.output;
+  // The trainer's model FLOP count, and the step time it means at 100% MFU on 8 A100s.
+  const ModelFlops flops = model_flops(big);
+  EXPECT_NE(r.output.find(fmt::format("{:.4g} per token", flops.per_token())), std::string::npos)
+      << r.output;
+  const double step_flops = flops.per_sequence() * big.training.global_batch_size;
+  EXPECT_NE(r.output.find(fmt::format("on 8 x A100 (312 TFLOP/s bf16 each): at least {:.1f} ms",
+                                      1e3 * step_flops / (8 * 312e12))),
+            std::string::npos)
+      << r.output;
 }
 
 // --kernels: the cost model's table for the config's micro-batch × seq_len after --set, with

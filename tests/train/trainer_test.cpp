@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "tiny_run.h"
 #include "train/checkpoint.h"
+#include "train/model_flops.h"
 #include "train/run_directory.h"
 
 namespace collage {
@@ -32,6 +33,9 @@ TEST_F(TrainerTest, LossFallsAndValidationIsLogged) {
   EXPECT_FALSE(records[0].contains("loss"));
   EXPECT_EQ(records[0]["precision"], "fp32-master");
   EXPECT_EQ(records[0]["bytes_per_parameter"].get<double>(), 16.0);
+  const double flops_per_token = model_flops(config).per_token();
+  EXPECT_EQ(records[0]["model_flops_per_token"].get<double>(), flops_per_token);
+  EXPECT_GT(records[0]["peak_tflops"].get<double>(), 0.0);  // the cpu's measured sgemm rate
   records.erase(records.begin());
   const double first = records.front()["loss"], last = records.back()["loss"];
   EXPECT_NEAR(first, std::log(64.0), 0.5);  // near uniform over the vocab at init
@@ -39,9 +43,18 @@ TEST_F(TrainerTest, LossFallsAndValidationIsLogged) {
   EXPECT_TRUE(records[9].contains("val_loss"));
   EXPECT_FALSE(records[10].contains("val_loss"));
   EXPECT_LT(result.last_val_loss, first - 1.0);
-  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "ms_per_step"}) {
+  for (const char* key :
+       {"step", "loss", "lr", "grad_norm", "tokens_per_s", "ms_per_step", "model_tflops", "mfu"}) {
     EXPECT_TRUE(records[5].contains(key)) << key;
   }
+  // Throughput in model FLOPs (model_flops.h): the rate is the count per token times the
+  // tokens/s the same record gives, and MFU that rate over the measured sgemm peak.
+  EXPECT_NEAR(records[5]["model_tflops"].get<double>(),
+              flops_per_token * records[5]["tokens_per_s"].get<double>() / 1e12,
+              1e-9 * records[5]["model_tflops"].get<double>());
+  const double mfu = records[5]["mfu"];
+  EXPECT_GT(mfu, 0.0);
+  EXPECT_LT(mfu, 1.0);  // a tiny model cannot beat sgemm on 1024-cubed products
   EXPECT_TRUE(fs::exists(dir_ / "run" / "config.yaml"));
   EXPECT_TRUE(fs::exists(dir_ / "run" / "train.log"));
 }

@@ -9,5 +9,7 @@ namespace collage::cuda {
 int usable_gpu_count(std::string& why);
 // "NVIDIA A100-SXM4-40GB (108 SMs, 40 GiB)" for logs.
 std::string gpu_name(int device);
+// "NVIDIA A100-SXM4-40GB": the device's name alone, to look up its peak; "" when unknown.
+std::string gpu_model_name(int device);
 
 }  // namespace collage::cuda

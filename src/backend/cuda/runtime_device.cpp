@@ -148,4 +148,10 @@ std::string gpu_name(int device) {
                      properties.totalGlobalMem / double(1 << 30));
 }
 
+std::string gpu_model_name(int device) {
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess) return "";
+  return properties.name;
+}
+
 }  // namespace collage::cuda
