@@ -67,22 +67,30 @@ DevicePeak gpu_peak(const std::string& device_name) {
 
 DevicePeak measure_cpu_peak(int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
+  // As the cpu backend multiplies (src/backend/cpu/gemm.h): OpenMP threads, each calling a
+  // single-threaded sgemm on its own operands. OpenBLAS's own thread pool would compete with
+  // the OpenMP threads a training has left spinning and measure half the machine.
   constexpr int n = 1024;
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n, 0.0f);
   const int previous_threads = openblas_get_num_threads();
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1);
+  std::vector<std::vector<float>> buffers(3 * threads, std::vector<float>(size_t(n) * n, 0.5f));
   double best_seconds = 1e30;
-  for (int repeat = 0; repeat < 4; repeat++) {  // the first warms the caches and thread pool
+  for (int repeat = 0; repeat < 11; repeat++) {  // the first warms the caches and the threads
     const auto start = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, buffers[3 * t].data(),
+                  n, buffers[3 * t + 1].data(), n, 0.0f, buffers[3 * t + 2].data(), n);
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (repeat > 0) best_seconds = std::min(best_seconds, seconds);
   }
   openblas_set_num_threads(previous_threads);
-  const double flops = 2.0 * n * n * n / best_seconds;
-  return {flops, fmt::format("cpu: OpenBLAS fp32 sgemm measured at {} ({}^3, {} thread{})",
+  const double flops = 2.0 * n * n * n * threads / best_seconds;
+  return {flops, fmt::format("cpu: OpenBLAS fp32 sgemm measured at {} ({}^3 per thread, {} "
+                             "thread{})",
                              format_flop_rate(flops), n, threads, threads == 1 ? "" : "s")};
 }
 

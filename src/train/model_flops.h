@@ -52,8 +52,9 @@ struct DevicePeak {
 // H100 PCIe 756, H100 NVL 835, H200 989. flops 0 for any other GPU, its source saying so.
 DevicePeak gpu_peak(const std::string& device_name);
 
-// The fp32 sgemm rate of this CPU, as the cpu backends' peak: the best of a few OpenBLAS
-// 1024×1024×1024 products on `threads` threads (0: all), about 0.1 s of work.
+// The fp32 sgemm rate of this CPU, as the cpu backends' peak: `threads` OpenMP threads (0:
+// all) each multiplying its own 1024×1024 matrices with single-threaded OpenBLAS, as the cpu
+// backend's GEMMs run; the best of ten after a warm-up, about 0.2 s of work.
 DevicePeak measure_cpu_peak(int threads);
 
 // The peak of a rank's backend: the GPU's datasheet figure for cuda, the measured sgemm rate
