@@ -6,7 +6,6 @@
 # already present with the right sha256 are not fetched again.
 #   scripts/install-deps.sh            packages + assets
 #   scripts/install-deps.sh --assets   assets only (no root needed)
-#   COLLAGE_WITH_TORCH=1 scripts/install-deps.sh   also python3-torch, to regenerate fixtures
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,8 +19,8 @@ packages=(
   libopenmpi-dev openmpi-bin           # MPI: the NCCL unique id travels over it
   libgtest-dev libgmock-dev libbenchmark-dev
   nodejs npm python3-numpy gnuplot-nox
+  python3-torch python3-h5py           # independent references: export test, fixture generators
 )
-if [[ "${COLLAGE_WITH_TORCH:-0}" == 1 ]]; then packages+=(python3-torch); fi
 
 install_packages() {
   local missing=()

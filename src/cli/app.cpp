@@ -52,6 +52,9 @@ int run_cli(int argc, char** argv) {
   add_bench_command(app);
   add_plan_command(app);
   add_tokenize_command(app);
+  add_eval_command(app);
+  add_generate_command(app);
+  add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -35,6 +35,9 @@ void add_inspect_command(CLI::App& root);
 void add_bench_command(CLI::App& root);
 void add_plan_command(CLI::App& root);
 void add_tokenize_command(CLI::App& root);
+void add_eval_command(CLI::App& root);
+void add_generate_command(CLI::App& root);
+void add_export_command(CLI::App& root);
 
 int run_cli(int argc, char** argv);
 

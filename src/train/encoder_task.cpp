@@ -189,14 +189,16 @@ class EncoderTask : public TrainingTask {
   // Validation batch i is samples [i·B, (i+1)·B) of the validation stream (epoch 0 onwards,
   // the same every time); data-parallel rank r evaluates the batches i ≡ r (mod dp): its
   // reader's share of each global micro-batch of dp·B samples.
-  TaskFigures validate() override {
+  TaskFigures validate() override { return validate_batches(config_.training.eval_iters); }
+
+  TaskFigures validate_batches(int batches) override {
     const int B = config_.training.micro_batch_size;
     if (!valid_reader_)
       valid_reader_.emplace(valid_, config_.data.seed, B, layout_.dp_rank, layout_.dp);
     valid_reader_->seek({0, 0});
     // Σ MLM losses, labelled tokens, right MLM predictions; the same for NSP.
     double sums[6] = {0, 0, 0, 0, 0, 0};
-    for (int i = layout_.dp_rank; i < config_.training.eval_iters; i += layout_.dp) {
+    for (int i = layout_.dp_rank; i < batches; i += layout_.dp) {
       read(*valid_reader_);
       const BERT::Loss loss = model_->forward(inputs(), B, /*dropout=*/false);
       sums[0] += loss.mlm_sum, sums[1] += double(loss.mlm_count);

@@ -58,10 +58,12 @@ class GptTask : public TrainingTask {
 
   // Validation batch i is samples [i·B, (i+1)·B) of the valid split, whatever the layout;
   // data-parallel rank r evaluates the batches i ≡ r (mod dp) and the sums are reduced.
-  TaskFigures validate() override {
+  TaskFigures validate() override { return validate_batches(config_.training.eval_iters); }
+
+  TaskFigures validate_batches(int batches) override {
     const int B = config_.training.micro_batch_size;
     double sums[2] = {0, 0};  // Σ token losses, token count
-    for (int i = layout_.dp_rank; i < config_.training.eval_iters; i += layout_.dp) {
+    for (int i = layout_.dp_rank; i < batches; i += layout_.dp) {
       std::vector<int64_t> indices(B);
       for (int b = 0; b < B; b++) indices[b] = int64_t(i) * B + b;
       load_batch(data_.valid, indices);

@@ -38,8 +38,13 @@ class TrainingTask {
   // over the data-parallel ranks by the loop). Returns the step's loss, reduced over DP.
   virtual TaskFigures train_step(int64_t consumed_samples) = 0;
 
-  // The validation figures (no dropout), the same on every rank.
+  // The validation figures (no dropout), the same on every rank: validate_batches() of
+  // training.eval_iters.
   virtual TaskFigures validate() = 0;
+  // The same over the first `batches` validation micro-batches (`collage eval --iters`): the
+  // batches are fixed (batch i is the same whenever it is read), so a count below
+  // training.eval_iters evaluates the first of the ones training validates on.
+  virtual TaskFigures validate_batches(int batches) = 0;
 };
 
 // Loads the data (rank 0 first: it prepares a corpus the config asks for, the others then

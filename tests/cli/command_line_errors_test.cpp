@@ -17,7 +17,8 @@ void expect_usage_error(const std::string& args, const std::string& message) {
 
 TEST(CommandLineErrors, UseTheErrorFormatExitTwoAndHint) {
   const std::string commands =
-      "commands: train, prepare-gpt, prepare-bert, inspect, bench, plan, tokenize";
+      "commands: train, prepare-gpt, prepare-bert, inspect, bench, plan, tokenize, eval, generate, "
+      "export";
   expect_usage_error("tran x.yaml",
                      "unknown command 'tran' (did you mean 'train'?) (" + commands + ")");
   expect_usage_error("", "no command given (" + commands + "; collage --help)");
