@@ -55,6 +55,15 @@ int run_cli(int argc, char** argv) {
   add_eval_command(app);
   add_generate_command(app);
   add_export_command(app);
+  // Every command documents its exit statuses; those with a status of their own (train's 75)
+  // or a narrower message say so themselves, the rest share this one.
+  for (CLI::App* command : app.get_subcommands({})) {
+    if (command->get_description().find("Exit status") == std::string::npos)
+      command->description(command->get_description() +
+                           "\nExit status: 0 done, 1 an error (the message names the file, key "
+                           "or value), 2 a command line that does not parse or an internal "
+                           "error.");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

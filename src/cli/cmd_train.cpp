@@ -40,7 +40,8 @@ void add_train_command(CLI::App& root) {
       "Preemption: SIGTERM, SIGUSR1 or SIGINT finish the current step, write a checkpoint and\n"
       "exit with status 75 (every rank stops at the same step); a second SIGINT aborts at once.\n"
       "Exit status: 0 done, 75 stopped by a signal with a checkpoint (resume with --resume),\n"
-      "1 an error (the message names the file, key or step), 2 an internal error.");
+      "1 an error (the message names the file, key or step), 2 a command line that does not\n"
+      "parse or an internal error.");
   cmd->add_option("config", options->config_path, "YAML config file (see configs/)")
       ->required()
       ->check(CLI::ExistingFile);

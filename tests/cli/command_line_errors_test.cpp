@@ -33,5 +33,16 @@ TEST(CommandLineErrors, UseTheErrorFormatExitTwoAndHint) {
   EXPECT_EQ(run_collage("train --help").exit_code, 0);
 }
 
+TEST(CommandLineErrors, EveryCommandsHelpDocumentsItsExitStatuses) {
+  for (const char* command : {"train", "prepare-gpt", "prepare-bert", "inspect", "bench", "plan",
+                              "tokenize", "eval", "generate", "export"}) {
+    const CommandResult help = run_collage(std::string(command) + " --help");
+    EXPECT_EQ(help.exit_code, 0) << command;
+    EXPECT_NE(help.output.find("Exit status: 0 done, "), std::string::npos) << command;
+    EXPECT_NE(help.output.find("2 a command line"), std::string::npos) << command << "\n"
+                                                                       << help.output;
+  }
+}
+
 }  // namespace
 }  // namespace collage
