@@ -261,6 +261,34 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
         layout.world_size, layout.tp, layout.dp, layout.zero ? ", ZeRO-1" : "", layout.world_rank,
         layout.tp_rank, layout.dp_rank);
   }
+  // The run directory and the checkpoint to continue are settled before any data is loaded
+  // or prepared (which may take long): a refused resume or fresh run costs nothing.
+  COLLAGE_CHECK(options.init_from.empty() || options.resume.empty(),
+                "--init-from {} and --resume {}: a run either continues a checkpoint or starts "
+                "from its weights, not both",
+                options.init_from, options.resume);
+  // --resume auto (a requeued job): continue when there is a checkpoint, else start fresh.
+  std::string resume = options.resume;
+  const std::map<int64_t, std::string> existing = list_checkpoints(checkpoint_dir(config));
+  if (resume == "auto") {
+    resume = existing.empty() ? "" : "latest";
+    if (resume.empty())
+      spdlog::info("--resume auto: no checkpoint in {}: starting fresh", checkpoint_dir(config));
+  }
+  // A fresh run must not mix its checkpoints and metrics with an earlier run's.
+  COLLAGE_CHECK(!resume.empty() || existing.empty() || options.overwrite,
+                "{} holds checkpoints of an earlier run (the last: {}): continue it with "
+                "--resume (or --resume auto), or start over with --overwrite, which deletes "
+                "them",
+                checkpoint_dir(config), existing.empty() ? "" : existing.rbegin()->second);
+  const std::string resume_path =
+      resume.empty() ? "" : resolve_resume(resume, checkpoint_dir(config));
+  if (!resume_path.empty())
+    check_resume_allowed(resume_path, config, options.convert_precision,
+                         options.allow_config_change);
+  const std::string init_path =
+      options.init_from.empty() ? "" : resolve_resume(options.init_from, checkpoint_dir(config));
+
   const BackendChoice backend = choose_backend(config.parallel.backend);
   run.backend = make_backend(backend.name, config.parallel.threads, node_local_rank());
   parallel.attach_backend(*run.backend);
@@ -272,14 +300,7 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
   spdlog::info("data: {}", run.task->data_summary());
   TrainableModel& model = run.model();
   model.init_weights(tc.seed);
-  if (!options.init_from.empty()) {
-    COLLAGE_CHECK(options.resume.empty(),
-                  "--init-from {} and --resume {}: a run either continues a checkpoint or starts "
-                  "from its weights, not both",
-                  options.init_from, options.resume);
-    load_checkpoint_weights(resolve_resume(options.init_from, checkpoint_dir(config)), config,
-                            *run.backend, model);
-  }
+  if (!init_path.empty()) load_checkpoint_weights(init_path, config, *run.backend, model);
   // After the weights: fp32-master's master copy starts as them.
   run.optimizer = make_optimizer(config, *run.backend, model, layout);
   // What this rank allocated, read from the arenas themselves.
@@ -288,21 +309,8 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       "{}", format_memory_report(memory, fmt::format("memory of rank {} of {}", layout.world_rank,
                                                      layout.world_size)));
 
-  // --resume auto (a requeued job): continue when there is a checkpoint, else start fresh.
-  std::string resume = options.resume;
-  const std::map<int64_t, std::string> existing = list_checkpoints(checkpoint_dir(config));
-  if (resume == "auto") {
-    resume = existing.empty() ? "" : "latest";
-    if (resume.empty())
-      spdlog::info("--resume auto: no checkpoint in {}: starting fresh", checkpoint_dir(config));
-  }
-  // A fresh run must not mix its checkpoints and metrics with an earlier run's.
+  // --overwrite: the earlier run's checkpoints go only now that the data and model are ready.
   if (resume.empty() && !existing.empty()) {
-    COLLAGE_CHECK(options.overwrite,
-                  "{} holds checkpoints of an earlier run (the last: {}): continue it with "
-                  "--resume (or --resume auto), or start over with --overwrite, which deletes "
-                  "them",
-                  checkpoint_dir(config), existing.rbegin()->second);
     parallel.host_world().barrier();  // every rank has seen them before rank 0 deletes them
     if (lead) {
       remove_checkpoints(checkpoint_dir(config));
@@ -311,10 +319,10 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     }
     parallel.host_world().barrier();
   }
-  if (!resume.empty()) {
-    run.progress = restore_training_checkpoint(
-        resolve_resume(resume, checkpoint_dir(config)), config, *run.backend, model, *run.optimizer,
-        options.convert_precision, options.allow_config_change);
+  if (!resume_path.empty()) {
+    run.progress =
+        restore_training_checkpoint(resume_path, config, *run.backend, model, *run.optimizer,
+                                    options.convert_precision, options.allow_config_change);
   }
   int64_t& step = run.progress.step;
   int64_t& consumed_samples = run.progress.consumed_samples;

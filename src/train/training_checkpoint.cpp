@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/tensor_shards.h"
 #include "optim/precision_conversion.h"
+#include "train/checkpoint_info.h"
 
 namespace collage {
 
@@ -300,7 +301,7 @@ bool changes_the_run(const std::string& key) {
 // Resuming under changed keys: refused for those that change the run (listing old and new
 // values) unless allowed, logged for the others.
 void check_config_changes(const Config& saved, const Config& config, const std::string& path,
-                          bool allow_config_change) {
+                          bool allow_config_change, bool log_other_changes) {
   std::string refused, logged;
   for (const ConfigChange& c : config_changes(saved, config)) {
     if (c.key == "optimizer.precision") continue;
@@ -313,10 +314,31 @@ void check_config_changes(const Config& saved, const Config& config, const std::
                 "in the checkpoint and in <logging.dir>/config.yaml), or pass "
                 "--allow-config-change to continue anyway",
                 path, refused);
-  if (!logged.empty()) spdlog::info("resuming {} with a changed config:{}", path, logged);
+  if (!logged.empty() && log_other_changes)
+    spdlog::info("resuming {} with a changed config:{}", path, logged);
+}
+
+void check_precision(const std::string& path, const std::string& saved_name, Precision wanted,
+                     bool convert_precision) {
+  COLLAGE_CHECK(saved_name == precision_name(wanted) || convert_precision,
+                "{}: the checkpoint was trained with optimizer.precision '{}' but the config "
+                "says '{}'. To continue unchanged, resume with --set optimizer.precision={}; to "
+                "switch strategy, add --convert-precision (converts its optimizer state from "
+                "{} to {})",
+                path, saved_name, precision_name(wanted), saved_name, saved_name,
+                precision_name(wanted));
 }
 
 }  // namespace
+
+void check_resume_allowed(const std::string& path, const Config& config, bool convert_precision,
+                          bool allow_config_change) {
+  const CheckpointInfo info = read_checkpoint_info(path);  // the header: no tensors read
+  check_config_changes(info.config, config, path, allow_config_change,
+                       /*log_other_changes=*/false);
+  check_precision(path, info.meta.value("precision", ""), config.optimizer.precision,
+                  convert_precision);
+}
 
 void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
                              TrainableModel& model) {
@@ -339,19 +361,11 @@ TrainingProgress restore_training_checkpoint(const std::string& path, const Conf
   if (top.meta.contains("config"))
     check_config_changes(
         parse_config(top.meta.at("config").get<std::string>(), path + " (its saved config)"),
-        config, path, allow_config_change);
+        config, path, allow_config_change, /*log_other_changes=*/true);
   const std::string& saved_name = run.precision_name;
   const Precision saved = run.precision;
   const Precision wanted = optimizer.precision();
-  if (saved != wanted) {
-    COLLAGE_CHECK(convert_precision,
-                  "{}: the checkpoint was trained with optimizer.precision '{}' but the config "
-                  "says '{}'. To continue unchanged, resume with --set optimizer.precision={}; to "
-                  "switch strategy, add --convert-precision (converts its optimizer state from "
-                  "{} to {})",
-                  path, saved_name, precision_name(wanted), saved_name, saved_name,
-                  precision_name(wanted));
-  }
+  check_precision(path, saved_name, wanted, convert_precision);
   const int saved_tp = run.tp, saved_dp = run.dp;
   const ParallelLayout layout = model.layout();
   const int64_t n = model.num_parameters();

@@ -53,6 +53,11 @@ std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
 void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
                              TrainableModel& model);
 
+// The refusals of restore_training_checkpoint() below (changed keys, another precision), from
+// the checkpoint's header alone: the trainer asks before it loads or prepares any data.
+void check_resume_allowed(const std::string& path, const Config& config, bool convert_precision,
+                          bool allow_config_change);
+
 // Loads `path` (a single checkpoint or a set's manifest, saved at any layout) into the model
 // and optimizer (already constructed from `config` for this rank) and returns the progress it
 // records. A checkpoint of another optimizer.precision is refused, naming both strategies and

@@ -267,6 +267,34 @@ TEST_F(TrainerTest, RunDirectoriesAreNotShared) {
   EXPECT_EQ(train(tiny_config("run", {"training.max_steps=2"}), {"latest"}).last_step, 2);
 }
 
+// The run directory and the resume are settled before any data is read: with a dataset that
+// does not exist, each refusal is still the run-directory one, not the missing file.
+TEST_F(TrainerTest, RunDirectoryAndResumeAreCheckedBeforeTheData) {
+  train(tiny_config("run", {"training.max_steps=2"}), {});
+  const std::string missing = "data.datasets=[\"" + (dir_ / "nope").string() + "\"]";
+  auto refusal = [&](std::vector<std::string> overrides, const TrainOptions& options) {
+    try {
+      train(tiny_config("run", overrides), options);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(refusal({missing}, {}).find("holds checkpoints of an earlier run"), std::string::npos);
+  TrainOptions resume;
+  resume.resume = "latest";
+  const std::string changed = refusal({missing, "data.seed=7"}, resume);
+  EXPECT_NE(changed.find("\n  data.seed: 1234 -> 7"), std::string::npos) << changed;
+  EXPECT_EQ(changed.find("nope.idx"), std::string::npos) << changed;
+  const std::string precision = refusal({"optimizer.precision=bf16"}, resume);
+  EXPECT_NE(precision.find("--convert-precision"), std::string::npos) << precision;
+  TrainOptions both = resume;
+  both.init_from = "latest";
+  EXPECT_NE(refusal({missing}, both).find("not both"), std::string::npos);
+  // Nothing was touched: the run continues from its step-2 checkpoint.
+  EXPECT_EQ(train(tiny_config("run", {"training.max_steps=3"}), resume).last_step, 3);
+}
+
 TEST_F(TrainerTest, TokenIdAtOrAboveVocabIsRejectedNamingTheFile) {
   write_dataset((dir_ / "bad").string(), 20, /*bad_token=*/64);
   Config config = tiny_config("run", {"data.datasets=[\"" + (dir_ / "bad").string() + "\"]"});
