@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install, build and train the demo GPT (configs/demo/gpt-demo.yaml) on the Gutenberg books.
+# Install, build and train the demo GPT (configs/demo/gpt-demo.yaml) on the Gutenberg books,
+# then let it write a sample (collage generate, fixed seed).
 # The first run tokenises the books once into data/cache/ (cached afterwards).
 # Extra arguments go to `collage train`, e.g. scripts/demo.sh --set training.max_steps=50
 set -euo pipefail
@@ -13,5 +14,21 @@ cmake --build build -j"$(nproc)" --target collage
 # Running the demo again starts it over (--overwrite deletes the earlier run's checkpoints),
 # unless you ask to continue it: scripts/demo.sh --resume
 fresh=(--overwrite)
-for arg in "$@"; do [[ $arg == --resume* ]] && fresh=(); done
-exec ./build/collage train configs/demo/gpt-demo.yaml "${fresh[@]}" "$@"
+logging_dir=runs/demo checkpoint_dir=
+previous=
+for arg in "$@"; do
+  [[ $arg == --resume* ]] && fresh=()
+  if [[ $previous == --set ]]; then
+    case $arg in
+      logging.dir=*) logging_dir=${arg#logging.dir=} ;;
+      checkpoint.dir=*) checkpoint_dir=${arg#checkpoint.dir=} ;;
+    esac
+  fi
+  previous=$arg
+done
+# A run stopped by a signal (exit 75, resumable) or an error ends the demo here (set -e).
+./build/collage train configs/demo/gpt-demo.yaml "${fresh[@]}" "$@"
+echo
+echo "A sample from the model just trained (collage generate, seed 1234):"
+./build/collage generate "${checkpoint_dir:-$logging_dir/checkpoints}" \
+  --prompt "And the LORD said unto" --max-new-tokens 60 --temperature 0.8 --top-k 40 --seed 1234
