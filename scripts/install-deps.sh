@@ -13,6 +13,7 @@ packages=(
   build-essential cmake git pkg-config ca-certificates
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libpcre2-dev
+  libdnnl-dev                          # oneDNN: bf16 matmuls on AMX / AVX512-BF16 CPUs
   libhdf5-dev                          # BERT pretraining shards (src/data/bert_hdf5.cpp)
   libicu-dev                           # Unicode data for BERT's WordPiece tokenizer
   libboost-context-dev                 # fibers of the host SIMT emulator (src/simt)

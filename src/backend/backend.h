@@ -32,6 +32,8 @@ class BackendT {
  public:
   virtual ~BackendT() = default;
   virtual std::string name() const = 0;
+  // What runs the GEMMs and why ("oneDNN bf16 matmul (auto: ...)"), for the log and bench.
+  virtual std::string gemm_engine() const { return ""; }
 
   // ---- memory ----
   // allocate: zero-filled device memory aligned to at least 256 bytes.
@@ -209,10 +211,13 @@ class BackendT {
 
 using Backend = BackendT<bf16>;
 
-// The cpu backend (OpenMP + OpenBLAS). threads <= 0: OpenMP's default.
-std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
-// The same ops with fp32 storage and no rounding (tests: finite differences, references).
-std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads = 0);
+// The cpu backend (OpenMP + OpenBLAS, or oneDNN's matmuls). threads <= 0: OpenMP's default.
+// cpu_gemm: parallel.cpu_gemm (auto | onednn | openblas; src/backend/cpu/onednn_gemm.h).
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0, const std::string& cpu_gemm = "auto");
+// The same ops with fp32 storage and no rounding (tests: finite differences, references);
+// auto keeps OpenBLAS, onednn runs oneDNN's fp32 matmuls.
+std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads = 0,
+                                                       const std::string& cpu_gemm = "auto");
 // The cuda backend on GPU `device` (backend/cuda/); throws Error when this build has no CUDA
 // or no GPU can be used (the message says why).
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
@@ -231,7 +236,9 @@ struct BackendChoice {
 BackendChoice choose_backend(const std::string& requested);
 // The backend of a resolved name (cpu | cuda | cuda-emulated); cpu threads as make_cpu_backend,
 // `device` the GPU for cuda (a rank's node-local rank).
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0, int device = 0);
+// cpu_gemm: parallel.cpu_gemm, for cpu.
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0, int device = 0,
+                                      const std::string& cpu_gemm = "auto");
 // The CUDA device's name ("NVIDIA A100-SXM4-80GB"); "" without CUDA or without a GPU.
 std::string cuda_device_name(int device);
 

@@ -72,8 +72,9 @@ std::string cuda_device_name(int device) {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads, int device) {
-  if (name == "cpu") return make_cpu_backend(threads);
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, int device,
+                                      const std::string& cpu_gemm) {
+  if (name == "cpu") return make_cpu_backend(threads, cpu_gemm);
   if (name == "cuda") return make_cuda_backend(device);
   if (name == "cuda-emulated") return make_cuda_emulated_backend();
   fail("parallel.backend: '{}' is not a backend (auto, cpu, cuda, cuda-emulated)", name);

@@ -71,6 +71,7 @@ std::vector<ConfigField> config_fields(Config& c) {
       {"parallel.zero", &c.parallel.zero},
       {"parallel.comm_timeout", &c.parallel.comm_timeout},
       {"parallel.threads", &c.parallel.threads},
+      {"parallel.cpu_gemm", &c.parallel.cpu_gemm},
 
       {"logging.dir", &c.logging.dir},
       {"logging.level", &c.logging.level},

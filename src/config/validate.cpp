@@ -218,6 +218,7 @@ void check_rest(const Checker& c, const Config& config) {
     c.reject("parallel.comm_timeout", "{} is not 0 (no watchdog) or a number of seconds >= 1",
              config.parallel.comm_timeout);
   c.non_negative("parallel.threads", config.parallel.threads);
+  c.one_of("parallel.cpu_gemm", config.parallel.cpu_gemm, {"auto", "onednn", "openblas"});
   if (config.logging.dir.empty()) c.reject("logging.dir", "empty");
   c.one_of("logging.level", config.logging.level,
            {"trace", "debug", "info", "warn", "error", "critical", "off"});

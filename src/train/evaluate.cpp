@@ -65,8 +65,8 @@ EvalResult evaluate_ranks(const Config& config, const EvalOptions& options, Para
         path, differences);
 
   const BackendChoice choice = choose_backend(config.parallel.backend);
-  std::unique_ptr<Backend> backend =
-      make_backend(choice.name, config.parallel.threads, node_local_rank());
+  std::unique_ptr<Backend> backend = make_backend(choice.name, config.parallel.threads,
+                                                  node_local_rank(), config.parallel.cpu_gemm);
   parallel.attach_backend(*backend);
   spdlog::info("backend: {} ({})", backend->name(), choice.reason);
   if (parallel.multi_rank())

@@ -290,9 +290,11 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
       options.init_from.empty() ? "" : resolve_resume(options.init_from, checkpoint_dir(config));
 
   const BackendChoice backend = choose_backend(config.parallel.backend);
-  run.backend = make_backend(backend.name, config.parallel.threads, node_local_rank());
+  run.backend = make_backend(backend.name, config.parallel.threads, node_local_rank(),
+                             config.parallel.cpu_gemm);
   parallel.attach_backend(*run.backend);
   spdlog::info("backend: {} ({})", run.backend->name(), backend.reason);
+  if (!run.backend->gemm_engine().empty()) spdlog::info("GEMMs: {}", run.backend->gemm_engine());
 
   const TrainingConfig& tc = config.training;
   const int B = tc.micro_batch_size, T = config.data.seq_len;

@@ -1,4 +1,8 @@
-// matmul_forward / matmul_backward against float64 loops, and by finite differences.
+// matmul_forward / matmul_backward against float64 loops, and by finite differences, for both
+// of the cpu backend's GEMM engines (parallel.cpu_gemm): OpenBLAS on widened tiles and oneDNN.
+// oneDNN has bf16 matmuls only on AMX / AVX512-BF16 CPUs: elsewhere its bf16 cases skip, saying
+// so, and its fp32 cases still run the same primitive, stride and accumulation code.
+#include "backend/cpu/onednn_gemm.h"
 #include "backend_test_util.h"
 
 namespace collage::test {
@@ -7,17 +11,52 @@ namespace {
 struct Shape {
   int N, C, OC;
 };
-// Sizes that are multiples of nothing, and one with OC large enough for several channel
-// tiles per thread (the kernel tiles OC in ~512s).
-const Shape kShapes[] = {{7, 13, 19}, {1, 5, 3}, {9, 21, 1100}};
+// Sizes that are multiples of nothing (K = C not a multiple of 32), one output channel, and
+// one with OC large enough for several channel tiles per thread (the tiles are ~512 wide).
+const Shape kShapes[] = {{7, 13, 19}, {1, 5, 3}, {33, 45, 1}, {9, 21, 1100}};
 
-template <typename S>
-class MatmulTest : public ::testing::Test {};
-TYPED_TEST_SUITE(MatmulTest, StorageTypes, StorageNames);
+template <typename S, bool kOnednn>
+struct Engine {
+  using Storage = S;
+  static constexpr bool onednn = kOnednn;
+  static std::unique_ptr<BackendT<S>> make() {
+    const char* gemm = kOnednn ? "onednn" : "openblas";
+    if constexpr (std::is_same_v<S, bf16>) {
+      return make_cpu_backend(kThreads, gemm);
+    } else {
+      return make_cpu_backend_fp32(kThreads, gemm);
+    }
+  }
+  // Empty when this engine runs here, else why not.
+  static std::string unavailable() {
+    const cpu::OnednnSupport& support = cpu::onednn_support();
+    if (!kOnednn || !std::is_same_v<S, bf16> || support.bf16_matmul) return "";
+    return "oneDNN has no bf16 matmul on this CPU (its ISA is " + support.isa +
+           "; AMX-BF16 or AVX512-BF16 needed): the oneDNN bf16 GEMMs are not tested here";
+  }
+};
+using Engines = ::testing::Types<Engine<bf16, false>, Engine<float, false>, Engine<bf16, true>,
+                                 Engine<float, true>>;
+struct EngineNames {
+  template <typename E>
+  static std::string GetName(int) {
+    return std::string(std::is_same_v<typename E::Storage, bf16> ? "bf16" : "fp32") +
+           (E::onednn ? "_onednn" : "_openblas");
+  }
+};
+
+template <typename E>
+class MatmulTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = E::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+TYPED_TEST_SUITE(MatmulTest, Engines, EngineNames);
 
 TYPED_TEST(MatmulTest, ForwardMatchesFloat64) {
-  using S = TypeParam;
-  auto backend = Storage<S>::make();
+  using S = typename TypeParam::Storage;
+  auto backend = TypeParam::make();
   Rng rng(1);
   for (const Shape& s : kShapes) {
     for (bool with_bias : {true, false}) {
@@ -52,8 +91,8 @@ TYPED_TEST(MatmulTest, ForwardMatchesFloat64) {
 
 // Gradients accumulate into buffers that already hold values (+=, one rounding).
 TYPED_TEST(MatmulTest, BackwardAccumulatesFloat64Gradients) {
-  using S = TypeParam;
-  auto backend = Storage<S>::make();
+  using S = typename TypeParam::Storage;
+  auto backend = TypeParam::make();
   Rng rng(2);
   for (const Shape& s : kShapes) {
     const auto inp = random_values<S>(rng, size_t(s.N) * s.C);
@@ -99,8 +138,8 @@ TYPED_TEST(MatmulTest, BackwardAccumulatesFloat64Gradients) {
 
 // A null gradient pointer skips that gradient; the others are unaffected.
 TYPED_TEST(MatmulTest, NullGradientsAreSkipped) {
-  using S = TypeParam;
-  auto backend = Storage<S>::make();
+  using S = typename TypeParam::Storage;
+  auto backend = TypeParam::make();
   Rng rng(3);
   const Shape s{6, 11, 17};
   const auto inp = random_values<S>(rng, size_t(s.N) * s.C);
@@ -154,6 +193,46 @@ TEST(MatmulGradient, MatchesFiniteDifferencesAtFp32) {
                                       to_double(dw.download()), "dweight");
   expect_gradient_matches_differences([&](const auto& v) { return loss(inp, weight, v); }, bias,
                                       to_double(db.download()), "dbias");
+}
+
+// One oneDNN primitive per shape, created once and reused; the same call gives the same bits.
+TEST(OnednnGemm, CachesOnePrimitivePerShapeAndRepeatsBitForBit) {
+  cpu::OnednnGemm gemm(kThreads);
+  Rng rng(5);
+  const auto a = random_values<float>(rng, 7 * 13), b = random_values<float>(rng, 13 * 5);
+  std::vector<float> c1(7 * 5), c2(7 * 5);
+  auto run = [&](std::vector<float>& c, int64_t M) {
+    gemm.matmul<float>(M, 5, 13, {a.data(), 13, 1}, {b.data(), 5, 1}, nullptr, {c.data(), 5, 1},
+                       /*accumulate=*/false);
+  };
+  run(c1, 7);
+  run(c2, 7);
+  EXPECT_EQ(gemm.primitives_created(), 1);
+  EXPECT_TRUE(same_bits(c1, c2));
+  run(c2, 6);  // another shape: another primitive
+  EXPECT_EQ(gemm.primitives_created(), 2);
+}
+
+TEST(CpuGemmChoice, AutoPicksOnednnOnlyWhereItMultipliesBf16) {
+  const cpu::OnednnSupport& support = cpu::onednn_support();
+  EXPECT_FALSE(support.isa.empty());
+  EXPECT_EQ(cpu::choose_cpu_gemm("auto", true).onednn, support.bf16_matmul);
+  EXPECT_FALSE(cpu::choose_cpu_gemm("auto", false).onednn);  // the fp32 reference stays
+  EXPECT_FALSE(cpu::choose_cpu_gemm("openblas", true).onednn);
+  EXPECT_TRUE(cpu::choose_cpu_gemm("onednn", false).onednn);  // oneDNN's f32 runs anywhere
+  EXPECT_EQ(make_cpu_backend_fp32(1, "onednn")->gemm_engine().find("oneDNN f32 matmul"), 0u);
+  EXPECT_EQ(make_cpu_backend(1, "openblas")->gemm_engine().find("OpenBLAS sgemm"), 0u);
+  if (support.bf16_matmul) {
+    EXPECT_TRUE(cpu::choose_cpu_gemm("onednn", true).onednn);
+  } else {
+    try {
+      cpu::choose_cpu_gemm("onednn", true);
+      FAIL() << "expected parallel.cpu_gemm: onednn to be refused on a CPU without bf16 matmul";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("parallel.cpu_gemm: onednn"), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find(support.isa), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 
+#include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
 #include "tiny_run.h"
 #include "train/checkpoint.h"
@@ -293,6 +294,25 @@ TEST_F(TrainerTest, RunDirectoryAndResumeAreCheckedBeforeTheData) {
   EXPECT_NE(refusal({missing}, both).find("not both"), std::string::npos);
   // Nothing was touched: the run continues from its step-2 checkpoint.
   EXPECT_EQ(train(tiny_config("run", {"training.max_steps=3"}), resume).last_step, 3);
+}
+
+// parallel.cpu_gemm: the same run with oneDNN's bf16 matmuls and with OpenBLAS on widened
+// tiles. Both accumulate in fp32 and round once, so only the order of the fp32 sums differs:
+// the losses agree to bf16 noise. Runs only where oneDNN has a bf16 matmul (AMX / AVX512-BF16).
+TEST_F(TrainerTest, OnednnGemmsTrainAsOpenblasDoes) {
+  const cpu::OnednnSupport& support = cpu::onednn_support();
+  if (!support.bf16_matmul)
+    GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (its ISA is " << support.isa
+                 << "): a run with parallel.cpu_gemm onednn is not possible here";
+  train(tiny_config("openblas", {"parallel.cpu_gemm=openblas"}), {});
+  train(tiny_config("onednn", {"parallel.cpu_gemm=onednn", "logging.level=info"}), {});
+  const auto a = metrics("openblas"), b = metrics("onednn");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 1; i < a.size(); i++)
+    EXPECT_NEAR(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), 0.02) << "step " << i;
+  std::ifstream log(dir_ / "onednn" / "train.log");
+  const std::string text{std::istreambuf_iterator<char>(log), {}};
+  EXPECT_NE(text.find("GEMMs: oneDNN bf16 matmul"), std::string::npos);
 }
 
 TEST_F(TrainerTest, TokenIdAtOrAboveVocabIsRejectedNamingTheFile) {

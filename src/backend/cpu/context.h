@@ -6,7 +6,10 @@
 // concurrent calls.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "backend/cpu/onednn_gemm.h"
 
 namespace collage::cpu {
 
@@ -56,6 +59,8 @@ struct CpuContext {
   std::vector<double> partial_sums;    // sum / sum_squares: one per fixed-size chunk
   std::vector<int32_t> key_visible;    // attention: per thread, 1 for each key not masked
   RopeTable rope;
+  // Set: matmuls run as oneDNN matmuls (parallel.cpu_gemm); null: OpenBLAS on widened tiles.
+  std::unique_ptr<OnednnGemm> onednn;
 };
 
 }  // namespace collage::cpu

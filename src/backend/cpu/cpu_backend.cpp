@@ -42,13 +42,21 @@ namespace {
 template <typename S>
 class CpuBackend final : public BackendT<S> {
  public:
-  explicit CpuBackend(int threads) {
+  CpuBackend(int threads, const std::string& cpu_gemm) {
     cx_.threads = threads > 0 ? threads : omp_get_max_threads();
     // All parallelism is OpenMP's (see matmul.cpp): each thread calls a single-threaded sgemm.
     openblas_set_num_threads(1);
+    gemm_ = cpu::choose_cpu_gemm(cpu_gemm, !cpu::is_fp32_storage<S>);
+    if (gemm_.onednn) cx_.onednn = std::make_unique<cpu::OnednnGemm>(cx_.threads);
   }
 
   std::string name() const override { return cpu::is_fp32_storage<S> ? "cpu-fp32" : "cpu"; }
+  std::string gemm_engine() const override {
+    const char* engine = !gemm_.onednn             ? "OpenBLAS sgemm on fp32-widened tiles"
+                         : cpu::is_fp32_storage<S> ? "oneDNN f32 matmul"
+                                                   : "oneDNN bf16 matmul";
+    return fmt::format("{} ({})", engine, gemm_.reason);
+  }
 
   void* allocate(size_t bytes) override {
     size_t rounded = (bytes + 255) / 256 * 256;
@@ -205,16 +213,17 @@ class CpuBackend final : public BackendT<S> {
 
  private:
   cpu::CpuContext cx_;
+  cpu::CpuGemmChoice gemm_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend<bf16>>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, const std::string& cpu_gemm) {
+  return std::make_unique<CpuBackend<bf16>>(threads, cpu_gemm);
 }
 
-std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads) {
-  return std::make_unique<CpuBackend<float>>(threads);
+std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads, const std::string& cpu_gemm) {
+  return std::make_unique<CpuBackend<float>>(threads, cpu_gemm);
 }
 
 }  // namespace collage

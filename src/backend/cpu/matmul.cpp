@@ -45,12 +45,35 @@ ConstView read_matrix(CpuContext& cx, const S* src, int64_t rows, int C, FloatBu
   }
 }
 
+// dbias (OC) += the column sums of dout (N, OC), each summed in fp32 in row order (as the
+// tiled path sums them) and rounded once.
+template <typename S>
+void add_column_sums(CpuContext& cx, S* dbias, const S* dout, int64_t N, int OC) {
+  constexpr int kChunk = 64;
+#pragma omp parallel for schedule(static) num_threads(cx.threads)
+  for (int c0 = 0; c0 < OC; c0 += kChunk) {
+    const int n = std::min(kChunk, OC - c0);
+    float sum[kChunk] = {};
+    for (int64_t r = 0; r < N; r++) {
+      const S* row = dout + r * OC + c0;
+#pragma omp simd
+      for (int c = 0; c < n; c++) sum[c] += load(row[c]);
+    }
+    for (int c = 0; c < n; c++) store(dbias[c0 + c], load(dbias[c0 + c]) + sum[c]);
+  }
+}
+
 }  // namespace
 
 template <typename S>
 void matmul_forward(CpuContext& cx, S* out, const S* inp, const S* weight, const S* bias, int64_t N,
                     int C, int OC) {
   if (OC == 0) return;
+  if (cx.onednn) {  // out (N, OC) = inp (N, C) · weightᵀ (C, OC) + bias: weight read transposed
+    cx.onednn->matmul<S>(N, OC, C, {inp, C, 1}, {weight, 1, C}, bias, {out, OC, 1},
+                         /*accumulate=*/false);
+    return;
+  }
   // scratch: [0] inp (N, C); per thread [1] weight tile (size, C), [2] output tile (N, size)
   const Tiles tiles = channel_tiles(OC, cx.threads);
   const ConstView x = read_matrix(cx, inp, N, C, cx.scratch[0]);
@@ -81,6 +104,16 @@ template <typename S>
 void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                      const S* weight, int64_t N, int C, int OC) {
   if (OC == 0 || (!dinp && !dweight && !dbias)) return;
+  if (cx.onednn) {
+    if (dbias) add_column_sums(cx, dbias, dout, N, OC);
+    if (dweight)  // dweight (OC, C) += doutᵀ (OC, N) · inp (N, C)
+      cx.onednn->matmul<S>(OC, C, N, {dout, 1, OC}, {inp, C, 1}, nullptr, {dweight, C, 1},
+                           /*accumulate=*/true);
+    if (dinp)  // dinp (N, C) += dout (N, OC) · weight (OC, C)
+      cx.onednn->matmul<S>(N, C, OC, {dout, OC, 1}, {weight, C, 1}, nullptr, {dinp, C, 1},
+                           /*accumulate=*/true);
+    return;
+  }
   // scratch: [0] inp (N, C); per thread [1] dout tile (N, size), [2] weight tile (size, C),
   // [3] dweight tile (size, C), [4] partial dinp (N, C) over this thread's tiles,
   // [5] dbias tile (size)
