@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/kernel_costs.h"
 #include "train/model_flops.h"
 #include "train/trainer.h"
 
@@ -81,7 +82,7 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   const int B = config.training.micro_batch_size, T = config.data.seq_len;
   check_single_process(config, "bench");
   const BackendChoice choice = choose_backend(config.parallel.backend);
-  auto backend = make_backend(choice.name, config.parallel.threads);
+  auto backend = make_backend(choice.name, config.parallel.threads, 0, config.parallel.cpu_gemm);
   GPT model(config.model, *backend, B, T);
   model.init_weights(config.training.seed);
   std::vector<ParamSpan> spans;
@@ -99,8 +100,11 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   for (auto& x : targets) x = token(gen);
 
   BenchResult r;
+  r.micro_batch = B;
+  r.seq_len = T;
   r.backend = choice.name;
   r.backend_reason = choice.reason;
+  r.gemm_engine = backend->gemm_engine();
   Backend::Counters before;
   for (int s = 0; s < options.warmup_steps + options.steps; s++) {
     const bool timed = s >= options.warmup_steps;
@@ -129,6 +133,8 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   r.synchronizations_per_step =
       double(after.synchronizations - before.synchronizations) / options.steps;
   r.step_ms = r.forward_ms + r.backward_ms + r.optimizer_ms;
+  r.optimizer_gb =
+      optimizer_bytes_per_parameter(config.optimizer.precision) * model.num_parameters() / 1e9;
   r.tokens_per_s = B * T / (r.step_ms / 1e3);
   r.model_gflop = model_flops(config).per_sequence() * B / 1e9;
   r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
@@ -147,43 +153,74 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   return r;
 }
 
-std::string format_bench(const Config& config, const BenchResult& r) {
+std::string format_bench(const Config& config, const std::vector<BenchResult>& results) {
   const ModelConfig& m = config.model;
+  const BenchResult& first = results.front();
   std::string out = fmt::format(
-      "GPT L={} C={} heads={} vocab={} (padded {}), micro-batch {} x seq {}, {} threads, "
-      "optimizer {}, backend {} ({})\n\n",
+      "GPT L={} C={} heads={} vocab={} (padded {}), {} threads, optimizer {}, backend {} "
+      "({})\n{}\n",
       m.n_layer, m.hidden_size, m.n_head, m.vocab_size, m.padded_vocab(),
-      config.training.micro_batch_size, config.data.seq_len,
       config.parallel.threads > 0 ? fmt::format("{}", config.parallel.threads) : "all",
-      precision_name(config.optimizer.precision), r.backend, r.backend_reason);
-  out += fmt::format("| {:<28} | {:>12} |\n|{:-<30}|{:-<14}|\n", "measure", "value", "", "");
-  auto row = [&](const std::string& name, const std::string& value) {
-    out += fmt::format("| {:<28} | {:>12} |\n", name, value);
+      precision_name(config.optimizer.precision), first.backend, first.backend_reason,
+      first.gemm_engine.empty() ? "" : "GEMMs: " + first.gemm_engine + "\n");
+  // One column per shape: micro-batch x sequence length.
+  out += fmt::format("| {:<28} |", "measure");
+  for (const BenchResult& r : results)
+    out += fmt::format(" {:>12} |", fmt::format("{} x {}", r.micro_batch, r.seq_len));
+  out += fmt::format("\n|{:-<30}|", "");
+  for (size_t i = 0; i < results.size(); i++) out += fmt::format("{:-<14}|", "");
+  out += "\n";
+  auto row = [&](const std::string& name, auto value) {
+    out += fmt::format("| {:<28} |", name);
+    for (const BenchResult& r : results) out += fmt::format(" {:>12} |", value(r));
+    out += "\n";
   };
-  row("forward ms", fmt::format("{:.1f}", r.forward_ms));
-  row("backward ms", fmt::format("{:.1f}", r.backward_ms));
-  row("optimizer ms", fmt::format("{:.1f}", r.optimizer_ms));
-  row("step ms", fmt::format("{:.1f}", r.step_ms));
-  row("tokens/s", fmt::format("{:.0f}", r.tokens_per_s));
-  row("model GFLOP per step", fmt::format("{:.2f}", r.model_gflop));
-  row("achieved GFLOP/s", fmt::format("{:.1f}", r.achieved_gflops));
-  if (r.peak_gflops > 0) {
-    row("peak GFLOP/s", fmt::format("{:.1f}", r.peak_gflops));
-    row("MFU", fmt::format("{:.1f}%", 100 * r.achieved_gflops / r.peak_gflops));
+  auto number = [](const char* format, auto field) {
+    return [format, field](const BenchResult& r) {
+      return fmt::format(fmt::runtime(format), field(r));
+    };
+  };
+  row("forward ms", number("{:.1f}", [](const BenchResult& r) { return r.forward_ms; }));
+  row("backward ms", number("{:.1f}", [](const BenchResult& r) { return r.backward_ms; }));
+  row("optimizer ms", number("{:.1f}", [](const BenchResult& r) { return r.optimizer_ms; }));
+  row("optimizer GB moved", number("{:.2f}", [](const BenchResult& r) { return r.optimizer_gb; }));
+  row("optimizer GB/s", number("{:.1f}", [](const BenchResult& r) {
+        return r.optimizer_gb / (r.optimizer_ms / 1e3);
+      }));
+  row("step ms", number("{:.1f}", [](const BenchResult& r) { return r.step_ms; }));
+  row("tokens/s", number("{:.0f}", [](const BenchResult& r) { return r.tokens_per_s; }));
+  row("model GFLOP per step", number("{:.2f}", [](const BenchResult& r) { return r.model_gflop; }));
+  row("achieved GFLOP/s", number("{:.1f}", [](const BenchResult& r) { return r.achieved_gflops; }));
+  if (first.peak_gflops > 0) {
+    row("peak GFLOP/s", number("{:.1f}", [](const BenchResult& r) { return r.peak_gflops; }));
+    row("MFU", number("{:.1f}%", [](const BenchResult& r) {
+          return 100 * r.achieved_gflops / r.peak_gflops;
+        }));
   }
-  if (r.sgemm_ms > 0) {
-    row("same GEMMs as fp32 sgemm ms", fmt::format("{:.1f}", r.sgemm_ms));
-    row("sgemm GFLOP/s on them", fmt::format("{:.1f}", r.sgemm_gflops));
-    row("step / sgemm time", fmt::format("{:.2f}x", r.step_ms / r.sgemm_ms));
+  if (first.sgemm_ms > 0) {
+    row("same GEMMs as fp32 sgemm ms",
+        number("{:.1f}", [](const BenchResult& r) { return r.sgemm_ms; }));
+    row("sgemm GFLOP/s on them",
+        number("{:.1f}", [](const BenchResult& r) { return r.sgemm_gflops; }));
+    row("step / sgemm time",
+        number("{:.2f}x", [](const BenchResult& r) { return r.step_ms / r.sgemm_ms; }));
   }
-  if (r.backend != "cpu") {
-    row("kernel launches per step", fmt::format("{:.0f}", r.launches_per_step));
-    row("host waits per step", fmt::format("{:.0f}", r.synchronizations_per_step));
+  if (first.backend != "cpu") {
+    row("kernel launches per step",
+        number("{:.0f}", [](const BenchResult& r) { return r.launches_per_step; }));
+    row("host waits per step",
+        number("{:.0f}", [](const BenchResult& r) { return r.synchronizations_per_step; }));
   }
-  out += fmt::format(
+  out +=
       "\nModel FLOPs: 6N + 12LTC per token (docs/ARCHITECTURE.md, \"Model FLOPs and MFU\"), "
-      "as the trainer's MFU.\nPeak: {}.\n",
-      r.peak_source);
+      "as the trainer's MFU.\nPeak: ";
+  for (size_t i = 0; i < results.size(); i++) {
+    const BenchResult& r = results[i];
+    out += results.size() == 1 ? r.peak_source
+                               : fmt::format("{}{} x {}: {}", i ? "; " : "", r.micro_batch,
+                                             r.seq_len, r.peak_source);
+  }
+  out += ".\n";
   return out;
 }
 

@@ -4,6 +4,7 @@
 // the same threads — the cost a GEMM-bound trainer cannot beat (cpu backend). A queuing
 // backend (cuda, cuda-emulated) also reports its kernel launches and host waits per step.
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 
@@ -15,11 +16,14 @@ struct BenchOptions {
 };
 
 struct BenchResult {
+  int micro_batch = 0, seq_len = 0;      // the shape timed
   std::string backend;                   // the backend that ran (parallel.backend resolved)
   std::string backend_reason;            // why ("as configured", "auto: no GPU, ...")
+  std::string gemm_engine;               // cpu: OpenBLAS or oneDNN, and why
   double launches_per_step = 0;          // kernels and GEMMs queued (queuing backends)
   double synchronizations_per_step = 0;  // host waits for the device (queuing backends)
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, step_ms = 0;
+  double optimizer_gb = 0;  // bytes the optimizer step must move (kernel_costs.h), in GB
   double tokens_per_s = 0;
   double model_gflop = 0;      // model FLOPs of one step (model_flops.h: 6N + 12LTC), GFLOP
   double achieved_gflops = 0;  // model_gflop / step time
@@ -30,6 +34,7 @@ struct BenchResult {
 };
 
 BenchResult run_bench(const Config& config, const BenchOptions& options);
-std::string format_bench(const Config& config, const BenchResult& result);
+// The table of one or more runs of `config` at different shapes, a column each.
+std::string format_bench(const Config& config, const std::vector<BenchResult>& results);
 
 }  // namespace collage
