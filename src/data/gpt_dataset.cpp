@@ -113,9 +113,16 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> dataset, int64_t fi
                 num_samples, seq_len);
   num_epochs_ =
       std::max<int64_t>(1, (num_samples * seq_len + tokens_per_epoch_) / tokens_per_epoch_);
-  COLLAGE_CHECK(num_epochs_ <= std::numeric_limits<int32_t>::max(),
-                "{}: {} samples of {} tokens need {} epochs of the data, too many", name,
-                num_samples, seq_len, num_epochs_);
+  // Pretraining reads its data a few times, tests a few dozen; a hundred thousand passes mean
+  // a split that holds (almost) nothing, and building their index would take seconds and
+  // gigabytes (found by tests/fuzz/fuzz_gpt_dataset). Refused, saying why.
+  constexpr int64_t kMaxEpochs = 100000;
+  COLLAGE_CHECK(num_epochs_ <= kMaxEpochs,
+                "{}: {} samples of {} tokens need {} passes over the {} tokens of sequences "
+                "[{}, {}), more than {}: this split is almost surely not the data meant (check "
+                "data.split and the dataset prefix)",
+                name, num_samples, seq_len, num_epochs_, tokens_per_epoch_, first_sequence,
+                end_sequence, kMaxEpochs);
   const int64_t num_docs = end_sequence - first_sequence;
   COLLAGE_CHECK(num_epochs_ * num_docs <= std::numeric_limits<int32_t>::max(),
                 "{}: {} samples of {} tokens need {} epochs of {} sequences, too many for an "

@@ -56,6 +56,23 @@ TEST(GPTDataset, RejectsBadArguments) {
   EXPECT_THROW(GPTDataset(indexed, 3, 4, 10, 16, 1), Error);  // sequence 3 is empty
 }
 
+// A run that would read its split more than 100000 times is refused before any index is built
+// (a fuzzed .idx of near-empty sequences took seconds and gigabytes: tests/fuzz/regressions).
+TEST(GPTDataset, RefusesAbsurdlyManyPassesOverASplit) {
+  auto indexed = std::make_shared<const IndexedDataset>(fixture_prefix("gpt_dataset_u16"));
+  const int64_t tokens = GPTDataset(indexed, 0, 1, 1, 1, 1).tokens_per_epoch();
+  // Exactly 100000 passes are allowed, one sample more needs another.
+  const int64_t samples = (100000 * tokens - 1) / 4;
+  EXPECT_EQ(GPTDataset(indexed, 0, 1, samples, 4, 1).num_epochs(), 100000);
+  try {
+    GPTDataset(indexed, 0, 1, samples + tokens, 4, 1);
+    FAIL() << "expected the split to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("passes over the"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data.split"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SplitBounds, MatchMegatron) {
   for (const auto& c : reference()["split_cases"]) {
     const std::string split = c["split"];
