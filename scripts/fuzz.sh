@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build the libFuzzer targets of tests/fuzz (clang, AddressSanitizer + UBSan) and run each for
+# SECONDS (default 600), from its checked-in seed corpus. Prints executions, coverage and
+# findings per target; exits 1 if any target found anything (the inputs are in
+# build-fuzz/findings/TARGET/, to add to tests/fuzz/regressions/ once fixed).
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+# A finding: a crash, a sanitizer report, a leak, an input slower than 1 s or above 1 GB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-600}
+shift || true
+build=build-fuzz
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  targets=(indexed_dataset gpt_dataset config checkpoint gpt2_tokenizer gpt2_tokenizer_files
+           document_reader)
+fi
+CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCOLLAGE_FUZZ=ON -DCOLLAGE_WITH_CUDA=OFF -DCOLLAGE_BUILD_TESTS=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
+
+printf '\n| target | seconds | executions | coverage | corpus | findings |\n|---|---|---|---|---|---|\n' \
+  >"$build/fuzz-summary.md"
+found=0
+for target in "${targets[@]}"; do
+  corpus="$build/corpus/$target" findings="$build/findings/$target"
+  mkdir -p "$corpus" "$findings"
+  # The checked-in seeds (and regressions) start the corpus; the run's own additions stay in
+  # the build directory.
+  for seeds in tests/fuzz/corpus/"$target" tests/fuzz/regressions/"$target"; do
+    [[ -d $seeds ]] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+  done
+  options=(-max_total_time="$seconds" -timeout=1 -rss_limit_mb=1024 -malloc_limit_mb=1024
+           -artifact_prefix="$findings/" -print_final_stats=1)
+  [[ -f tests/fuzz/$target.dict ]] && options+=(-dict="tests/fuzz/$target.dict")
+  log="$build/fuzz-$target.log"
+  echo "fuzz: $target for ${seconds}s ..."
+  set +e
+  "$build/fuzz/fuzz_$target" "$corpus" "${options[@]}" >"$log" 2>&1
+  status=$?
+  set -e
+  executions=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo "?")
+  count=$(find "$findings" -type f | wc -l)
+  if ((status != 0 || count > 0)); then
+    found=1
+    echo "fuzz: $target: FINDING (exit $status), see $log and $findings/"
+    grep -m3 -E "ERROR: |runtime error|SUMMARY" "$log" || true
+  fi
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$target" "$seconds" "$executions" "$coverage" \
+    "$(find "$corpus" -type f | wc -l)" "$count" >>"$build/fuzz-summary.md"
+done
+cat "$build/fuzz-summary.md"
+exit $found

@@ -1,0 +1,18 @@
+# The fuzz targets and what each links: only the library of the reader under test, so the
+# sanitized clang build compiles no more than it fuzzes. Included by tests/fuzz/CMakeLists.txt
+# (libFuzzer) and tests/CMakeLists.txt (the g++ replay of the corpus in the normal suite).
+set(COLLAGE_FUZZ_TARGETS indexed_dataset gpt_dataset config checkpoint gpt2_tokenizer
+                         gpt2_tokenizer_files document_reader)
+function(collage_fuzz_link executable target)
+  if(target STREQUAL "config")
+    target_link_libraries(${executable} PRIVATE collage_config)
+  elseif(target STREQUAL "checkpoint")
+    # checkpoint.cpp alone: the rest of src/train pulls in every backend.
+    target_sources(${executable} PRIVATE ${CMAKE_SOURCE_DIR}/src/train/checkpoint.cpp)
+    target_link_libraries(${executable} PRIVATE collage_core)
+  else()
+    target_link_libraries(${executable} PRIVATE collage_data)
+  endif()
+  target_include_directories(${executable} PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_compile_definitions(${executable} PRIVATE COLLAGE_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+endfunction()
