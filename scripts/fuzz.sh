@@ -13,7 +13,7 @@ build=build-fuzz
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(indexed_dataset gpt_dataset config checkpoint gpt2_tokenizer gpt2_tokenizer_files
-           document_reader)
+           document_reader wordpiece_tokenizer)
 fi
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCOLLAGE_FUZZ=ON -DCOLLAGE_WITH_CUDA=OFF -DCOLLAGE_BUILD_TESTS=OFF >/dev/null

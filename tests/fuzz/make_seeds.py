@@ -39,6 +39,8 @@ seed("gpt2_tokenizer", "english", b"Hello, world! It's 2026 -- the sea was calm.
 seed("gpt2_tokenizer", "unicode", "caf\u00e9 \u00fcber \u65e5\u672c\u8a9e \U0001F600 <|endoftext|>".encode())
 seed("gpt2_tokenizer_files", "small",
      b'{"a": 0, "b": 1, "ab": 2, "\\u0120": 3, "<|endoftext|>": 4}\0#version: 0.2\na b\n')
+seed("wordpiece_tokenizer", "english",
+     b"Hello, World! Don't stop \xc3\xa9t\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\0[PAD]\n[UNK]\nhello\n##lo\nworld\n")
 seed("document_reader", "jsonl", b'{"text": "first document"}\n\n{"text": "second \\u00e9", "id": 2}\n')
 seed("document_reader", "text", b"Plain text is one document.\nSecond line.\n")
 
