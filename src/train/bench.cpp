@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -170,46 +171,36 @@ std::string format_bench(const Config& config, const std::vector<BenchResult>& r
   out += fmt::format("\n|{:-<30}|", "");
   for (size_t i = 0; i < results.size(); i++) out += fmt::format("{:-<14}|", "");
   out += "\n";
-  auto row = [&](const std::string& name, auto value) {
+  // A row: `value` (a member or a function of a result) in `format`, one column per shape.
+  auto row = [&](const std::string& name, const char* format, auto value) {
     out += fmt::format("| {:<28} |", name);
-    for (const BenchResult& r : results) out += fmt::format(" {:>12} |", value(r));
+    for (const BenchResult& r : results)
+      out += fmt::format(" {:>12} |", fmt::format(fmt::runtime(format), std::invoke(value, r)));
     out += "\n";
   };
-  auto number = [](const char* format, auto field) {
-    return [format, field](const BenchResult& r) {
-      return fmt::format(fmt::runtime(format), field(r));
-    };
-  };
-  row("forward ms", number("{:.1f}", [](const BenchResult& r) { return r.forward_ms; }));
-  row("backward ms", number("{:.1f}", [](const BenchResult& r) { return r.backward_ms; }));
-  row("optimizer ms", number("{:.1f}", [](const BenchResult& r) { return r.optimizer_ms; }));
-  row("optimizer GB moved", number("{:.2f}", [](const BenchResult& r) { return r.optimizer_gb; }));
-  row("optimizer GB/s", number("{:.1f}", [](const BenchResult& r) {
-        return r.optimizer_gb / (r.optimizer_ms / 1e3);
-      }));
-  row("step ms", number("{:.1f}", [](const BenchResult& r) { return r.step_ms; }));
-  row("tokens/s", number("{:.0f}", [](const BenchResult& r) { return r.tokens_per_s; }));
-  row("model GFLOP per step", number("{:.2f}", [](const BenchResult& r) { return r.model_gflop; }));
-  row("achieved GFLOP/s", number("{:.1f}", [](const BenchResult& r) { return r.achieved_gflops; }));
+  using R = BenchResult;
+  row("forward ms", "{:.1f}", &R::forward_ms);
+  row("backward ms", "{:.1f}", &R::backward_ms);
+  row("optimizer ms", "{:.1f}", &R::optimizer_ms);
+  row("optimizer GB moved", "{:.2f}", &R::optimizer_gb);
+  row("optimizer GB/s", "{:.1f}",
+      [](const R& r) { return r.optimizer_gb / (r.optimizer_ms / 1e3); });
+  row("step ms", "{:.1f}", &R::step_ms);
+  row("tokens/s", "{:.0f}", &R::tokens_per_s);
+  row("model GFLOP per step", "{:.2f}", &R::model_gflop);
+  row("achieved GFLOP/s", "{:.1f}", &R::achieved_gflops);
   if (first.peak_gflops > 0) {
-    row("peak GFLOP/s", number("{:.1f}", [](const BenchResult& r) { return r.peak_gflops; }));
-    row("MFU", number("{:.1f}%", [](const BenchResult& r) {
-          return 100 * r.achieved_gflops / r.peak_gflops;
-        }));
+    row("peak GFLOP/s", "{:.1f}", &R::peak_gflops);
+    row("MFU", "{:.1f}%", [](const R& r) { return 100 * r.achieved_gflops / r.peak_gflops; });
   }
   if (first.sgemm_ms > 0) {
-    row("same GEMMs as fp32 sgemm ms",
-        number("{:.1f}", [](const BenchResult& r) { return r.sgemm_ms; }));
-    row("sgemm GFLOP/s on them",
-        number("{:.1f}", [](const BenchResult& r) { return r.sgemm_gflops; }));
-    row("step / sgemm time",
-        number("{:.2f}x", [](const BenchResult& r) { return r.step_ms / r.sgemm_ms; }));
+    row("same GEMMs as fp32 sgemm ms", "{:.1f}", &R::sgemm_ms);
+    row("sgemm GFLOP/s on them", "{:.1f}", &R::sgemm_gflops);
+    row("step / sgemm time", "{:.2f}x", [](const R& r) { return r.step_ms / r.sgemm_ms; });
   }
   if (first.backend != "cpu") {
-    row("kernel launches per step",
-        number("{:.0f}", [](const BenchResult& r) { return r.launches_per_step; }));
-    row("host waits per step",
-        number("{:.0f}", [](const BenchResult& r) { return r.synchronizations_per_step; }));
+    row("kernel launches per step", "{:.0f}", &R::launches_per_step);
+    row("host waits per step", "{:.0f}", &R::synchronizations_per_step);
   }
   out +=
       "\nModel FLOPs: 6N + 12LTC per token (docs/ARCHITECTURE.md, \"Model FLOPs and MFU\"), "

@@ -212,8 +212,9 @@ uint64_t byte_size(const std::vector<int64_t>& shape, const std::string& dtype) 
   return bytes >= cap ? UINT64_MAX : static_cast<uint64_t>(bytes);
 }
 
-// Reads `path`, verifying everything; tensor bytes are kept only when `keep_data`.
-Checkpoint read_checkpoint(const std::string& path, bool keep_data) {
+// Reads `path`, verifying everything; tensor bytes are kept only when `keep_data`. With
+// `header_only` it stops after the metadata and the tensor directory (no data, no checksum).
+Checkpoint read_checkpoint(const std::string& path, bool keep_data, bool header_only = false) {
   ChecksummedReader in(path);
   if (in.size() < kHeaderBytes + 4)
     fail("{}: truncated checkpoint ({} bytes, smaller than the header)", path, in.size());
@@ -265,6 +266,7 @@ Checkpoint read_checkpoint(const std::string& path, bool keep_data) {
   } catch (const std::exception& e) {  // nlohmann::json errors and the checks above
     fail("{}: corrupt checkpoint metadata: {}", path, e.what());
   }
+  if (header_only) return ckpt;
   uint64_t position = 0;  // within the data section
   for (size_t i = 0; i < ckpt.tensors.size(); i++) {
     CheckpointTensor& t = ckpt.tensors[i];
@@ -412,6 +414,10 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
 }
 
 Checkpoint load_checkpoint(const std::string& path) { return read_checkpoint(path, true); }
+
+Checkpoint read_checkpoint_header(const std::string& path) {
+  return read_checkpoint(path, /*keep_data=*/false, /*header_only=*/true);
+}
 
 std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest) {
   std::vector<std::string> paths;

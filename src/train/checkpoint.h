@@ -67,6 +67,10 @@ void write_checkpoint_file(const std::string& path, const Checkpoint& checkpoint
 // corruption or truncation throws Error naming the file. A manifest is returned as it is.
 Checkpoint load_checkpoint(const std::string& path);
 
+// The step, metadata and tensor directory of `path` (header checks only: no tensor data is
+// read and the checksum is not verified), for learning what a checkpoint holds before loading.
+Checkpoint read_checkpoint_header(const std::string& path);
+
 // The shard files a manifest lists (empty for a single-file checkpoint).
 std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest);
 

@@ -7,9 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "backend/backend.h"
 #include "config/config.h"
-#include "model/trainable_model.h"
 
 namespace collage {
 
@@ -23,11 +21,5 @@ struct CheckpointInfo {
 // Reads the header of the checkpoint file or set manifest `path`. Throws Error naming the file
 // when it is not a collage checkpoint, its header is corrupt, or it holds no saved config.
 CheckpointInfo read_checkpoint_info(const std::string& path);
-
-// load_checkpoint_weights() (training_checkpoint.h: any saved layout into this model) without
-// the log line it writes for `train --init-from`: for eval and generate, which say themselves
-// what they loaded.
-void load_weights_for_inference(const std::string& path, const Config& config, Backend& backend,
-                                TrainableModel& model);
 
 }  // namespace collage

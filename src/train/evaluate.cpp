@@ -7,19 +7,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 
 #include "backend/backend.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_info.h"
 #include "train/parallel_run.h"
+#include "train/training_checkpoint.h"
 #include "train/training_task.h"
 
 namespace collage {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Keys of the config that change what validation computes when they differ from the
 // checkpoint's: the model, and which validation samples form the batches.
@@ -47,11 +45,8 @@ EvalResult evaluate_ranks(const Config& config, const EvalOptions& options, Para
                 "model (a shard file or directory)",
                 config.model.arch);
 
-  const std::string checkpoint_dir = config.checkpoint.dir.empty()
-                                         ? (fs::path(config.logging.dir) / "checkpoints").string()
-                                         : config.checkpoint.dir;
   COLLAGE_CHECK(!options.checkpoint.empty(), "--checkpoint: no checkpoint given");
-  const std::string path = resolve_resume(options.checkpoint, checkpoint_dir);
+  const std::string path = resolve_resume(options.checkpoint, checkpoint_dir(config));
   const CheckpointInfo info = read_checkpoint_info(path);
   std::string differences;
   for (const ConfigChange& c : config_changes(info.config, config))
@@ -79,7 +74,7 @@ EvalResult evaluate_ranks(const Config& config, const EvalOptions& options, Para
   task_config.training.eval_iters = std::max(tc.eval_iters, iters);
   std::unique_ptr<TrainingTask> task = make_training_task(task_config, *backend, parallel);
   spdlog::info("data: {}", task->data_summary());
-  load_weights_for_inference(path, config, *backend, task->model());
+  load_checkpoint_weights(path, config, *backend, task->model());
   const nlohmann::json saved_layout = info.meta.value("layout", nlohmann::json::object());
   spdlog::info(
       "weights: step {} from {}{}; evaluating {} validation micro-batches of {}x{}", info.step,

@@ -39,19 +39,6 @@ constexpr const char* kSafetensors = "model.safetensors";
 constexpr int kGpt2VocabSize = 50257;
 constexpr int kGpt2EndOfText = 50256;
 
-// Logs only at `level` or above while alive: load_checkpoint_weights() says "optimizer state and
-// schedule start fresh", which is what `train --init-from` means, not what an export does.
-class QuietLog {
- public:
-  explicit QuietLog(spdlog::level::level_enum level) : saved_(spdlog::get_level()) {
-    if (saved_ < level) spdlog::set_level(level);
-  }
-  ~QuietLog() { spdlog::set_level(saved_); }
-
- private:
-  spdlog::level::level_enum saved_;
-};
-
 // The rows x cols bf16 matrix `in` transposed (cols x rows).
 std::vector<bf16> transposed(const bf16* in, int64_t rows, int64_t cols) {
   std::vector<bf16> out(size_t(rows * cols));
@@ -157,10 +144,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& checkpoint) {
     model = std::make_unique<BERT>(w.config.model, *backend, 1, 1, 1);
   else
     model = std::make_unique<GPT>(w.config.model, *backend, 1, 1);
-  {
-    QuietLog quiet(spdlog::level::warn);
-    load_checkpoint_weights(w.path, w.config, *backend, *model);
-  }
+  load_checkpoint_weights(w.path, w.config, *backend, *model);
   w.table = model->parameters();
   w.values.resize(size_t(model->num_parameters()));
   backend->copy_to_host(w.values.data(), model->parameter_memory(), w.values.size() * sizeof(bf16));

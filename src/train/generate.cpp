@@ -15,6 +15,7 @@
 #include "data/prepare_gpt.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_info.h"
+#include "train/training_checkpoint.h"
 
 namespace collage {
 namespace {
@@ -210,7 +211,7 @@ GenerateResult generate_text(const GenerateOptions& options, std::FILE* out) {
          options.backend.empty() ? "the checkpoint's parallel.backend" : "--backend");
   }
   GptSampler sampler(config.model, *backend, result.window);
-  load_weights_for_inference(result.checkpoint, config, *backend, sampler.model());
+  load_checkpoint_weights(result.checkpoint, config, *backend, sampler.model());
   spdlog::info(
       "model: {} parameters ({} layers, hidden {}), step {} of {}; backend {}; prompt {} "
       "tokens; sampling {}",

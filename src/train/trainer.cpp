@@ -101,11 +101,6 @@ const char* signal_name(int signal) {
   }
 }
 
-std::string checkpoint_dir(const Config& config) {
-  return config.checkpoint.dir.empty() ? (fs::path(config.logging.dir) / "checkpoints").string()
-                                       : config.checkpoint.dir;
-}
-
 // For a run that stops on an error: where to resume from.
 std::string last_good_checkpoint(const Config& config) {
   const std::map<int64_t, std::string> found = list_checkpoints(checkpoint_dir(config));
@@ -302,7 +297,12 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
   spdlog::info("data: {}", run.task->data_summary());
   TrainableModel& model = run.model();
   model.init_weights(tc.seed);
-  if (!init_path.empty()) load_checkpoint_weights(init_path, config, *run.backend, model);
+  if (!init_path.empty()) {
+    const int64_t init_step = load_checkpoint_weights(init_path, config, *run.backend, model);
+    spdlog::info(
+        "initialised the weights from {} (step {}); optimizer state and schedule start fresh",
+        init_path, init_step);
+  }
   // After the weights: fp32-master's master copy starts as them.
   run.optimizer = make_optimizer(config, *run.backend, model, layout);
   // What this rank allocated, read from the arenas themselves.

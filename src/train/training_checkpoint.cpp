@@ -340,16 +340,19 @@ void check_resume_allowed(const std::string& path, const Config& config, bool co
                   convert_precision);
 }
 
-void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
-                             TrainableModel& model) {
+std::string checkpoint_dir(const Config& config) {
+  return config.checkpoint.dir.empty()
+             ? (std::filesystem::path(config.logging.dir) / "checkpoints").string()
+             : config.checkpoint.dir;
+}
+
+int64_t load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
+                                TrainableModel& model) {
   const SavedRun run = read_saved_run(path, config.model, /*with_state=*/false);
   const HostTrainingState state = cut_for_model(run, config.model, model, /*with_state=*/false);
   backend.copy_to_device(model.parameter_memory(), state.params.data(),
                          state.params.size() * sizeof(bf16));
-  spdlog::info(
-      "initialised the weights from {} (step {}); optimizer state and schedule start "
-      "fresh",
-      path, run.top.meta.value("step", int64_t{0}));
+  return run.top.meta.value("step", int64_t{0});
 }
 
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,

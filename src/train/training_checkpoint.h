@@ -50,8 +50,12 @@ std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
 // Only the weights of `path` (any layout) into the model: `collage train --init-from`, a new
 // run from another's weights with a fresh optimizer state, schedule and data position (BERT's
 // phase 2 starts from phase 1 this way). Construct the optimizer after it.
-void load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
-                             TrainableModel& model);
+// checkpoint.dir, or <logging.dir>/checkpoints when it is empty.
+std::string checkpoint_dir(const Config& config);
+
+// Returns the step the weights were saved after.
+int64_t load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
+                                TrainableModel& model);
 
 // The refusals of restore_training_checkpoint() below (changed keys, another precision), from
 // the checkpoint's header alone: the trainer asks before it loads or prepares any data.
