@@ -13,7 +13,7 @@ build=build-fuzz
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(indexed_dataset gpt_dataset config checkpoint gpt2_tokenizer gpt2_tokenizer_files
-           document_reader wordpiece_tokenizer)
+           document_reader wordpiece_tokenizer bert_hdf5)
 fi
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCOLLAGE_FUZZ=ON -DCOLLAGE_WITH_CUDA=OFF -DCOLLAGE_BUILD_TESTS=OFF >/dev/null
@@ -33,10 +33,17 @@ for target in "${targets[@]}"; do
   options=(-max_total_time="$seconds" -timeout=1 -rss_limit_mb=1024 -malloc_limit_mb=1024
            -artifact_prefix="$findings/" -print_final_stats=1)
   [[ -f tests/fuzz/$target.dict ]] && options+=(-dict="tests/fuzz/$target.dict")
+  # A target that reads through a library not built here may name what that library does on
+  # its own (tests/fuzz/TARGET.lsan, and TARGET.asan for AddressSanitizer options).
+  environment=()
+  [[ -f tests/fuzz/$target.lsan ]] &&
+    environment+=("LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/$target.lsan:print_suppressions=0")
+  [[ -f tests/fuzz/$target.asan ]] &&
+    environment+=("ASAN_OPTIONS=$(grep -v '^#' "tests/fuzz/$target.asan" | paste -sd:)")
   log="$build/fuzz-$target.log"
   echo "fuzz: $target for ${seconds}s ..."
   set +e
-  "$build/fuzz/fuzz_$target" "$corpus" "${options[@]}" >"$log" 2>&1
+  env "${environment[@]}" "$build/fuzz/fuzz_$target" "$corpus" "${options[@]}" >"$log" 2>&1
   status=$?
   set -e
   executions=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")

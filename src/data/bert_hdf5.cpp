@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "data/hdf5_chunk_check.h"
 
 namespace collage {
 
@@ -135,6 +136,7 @@ struct BertHdf5File::Handles {
   std::array<hid_t, kNumDatasets> type;  // the stored type of each dataset
   std::array<std::vector<int64_t>, kNumDatasets> shape;
   hid_t transfer = H5I_INVALID_HID;  // dataset transfer properties: the overflow callback
+  uint64_t file_bytes = 0;
   ConversionState conversion;
   // Decoded row blocks, least recently used evicted first (see "Reading rows" in the header).
   struct RowBlock {
@@ -196,12 +198,16 @@ BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_b
     if (!std::filesystem::exists(path_, ec)) fail("{}: no such file", path_);
     if (std::filesystem::is_directory(path_, ec))
       fail("{}: is a directory, not a BERT HDF5 file", path_);
+    h_->file_bytes = std::filesystem::file_size(path_, ec);
     h_->file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     if (h_->file < 0) fail("{}: cannot open as an HDF5 file ({})", path_, hdf5_error_text());
 
     for (int d = 0; d < kNumDatasets; ++d) {
       const char* name = kDatasetNames[d];
-      if (H5Lexists(h_->file, name, H5P_DEFAULT) <= 0)
+      const htri_t exists = H5Lexists(h_->file, name, H5P_DEFAULT);
+      if (exists < 0)  // a damaged root group, not a missing dataset
+        fail("{}: cannot look up dataset '{}' ({})", path_, name, hdf5_error_text());
+      if (exists == 0)
         fail(
             "{}: dataset '{}' is missing (a BERT pretraining file holds input_ids, input_mask, "
             "segment_ids, masked_lm_positions, masked_lm_ids and next_sentence_labels)",
@@ -213,6 +219,12 @@ BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_b
       if (H5Tget_class(h_->type[d]) != H5T_INTEGER)
         fail("{}: dataset '{}' holds {} values; expected integers", path_, name,
              type_description(h_->type[d]));
+      // HDF5 lets an integer have any byte size; libhdf5 would convert a 1.4 GB "integer"
+      // (one found by fuzzing) through a buffer of that size.
+      if (const size_t bytes = H5Tget_size(h_->type[d]);
+          bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8)
+        fail("{}: dataset '{}' holds {}-byte integers; expected 1, 2, 4 or 8 bytes", path_, name,
+             bytes);
 
       const hid_t space = H5Dget_space(h_->dataset[d]);
       const int rank = H5Sget_simple_extent_ndims(space);
@@ -238,6 +250,25 @@ BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_b
           fail("{}: dataset '{}' is compressed with {}, which this libhdf5 cannot decode", path_,
                name, filter_description(id, cd, cd_count, filter_name));
         }
+        if (!is_sizable_filter(id)) {
+          H5Pclose(create);
+          fail(
+              "{}: dataset '{}' is filtered with {}; collage reads chunks filtered by gzip, "
+              "shuffle and fletcher32 only (h5py's)",
+              path_, name, filter_description(id, cd, cd_count, filter_name));
+        }
+      }
+      hsize_t chunk[2] = {1, 1};
+      if (H5Pget_layout(create) == H5D_CHUNKED && H5Pget_chunk(create, 2, chunk) >= 1) {
+        const double chunk_bytes =
+            double(chunk[0]) * double(chunk[1]) * double(H5Tget_size(h_->type[d]));
+        if (chunk_bytes > double(kMaxChunkBytes)) {
+          H5Pclose(create);
+          fail(
+              "{}: dataset '{}' is stored in chunks of {:.0f} bytes; collage reads chunks of "
+              "at most {}",
+              path_, name, chunk_bytes, kMaxChunkBytes);
+        }
       }
       H5Pclose(create);
     }
@@ -259,10 +290,11 @@ BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_b
       if (h_->shape[d][0] != ids[0])
         fail("{}: dataset '{}' has shape {} but input_ids has {}: all six need the same N rows",
              path_, kDatasetNames[d], shape_text(h_->shape[d]), shape_text(ids));
-    if (ids[1] < 1 || ids[1] > std::numeric_limits<int32_t>::max() || positions[1] < 1 ||
-        positions[1] > ids[1])
-      fail("{}: sequence length S = {} and max_predictions P = {}: need 1 <= P <= S", path_, ids[1],
-           positions[1]);
+    if (ids[0] < 0)  // a dimension beyond 2^63 read as int64
+      fail("{}: dataset 'input_ids' has shape {}: too many rows", path_, shape_text(ids));
+    if (positions[1] < 1 || positions[1] > ids[1] || ids[1] > kMaxSeqLen)
+      fail("{}: sequence length S = {} and max_predictions P = {}: need 1 <= P <= S <= {}", path_,
+           ids[1], positions[1], kMaxSeqLen);
     num_rows_ = ids[0];
     seq_len_ = static_cast<int>(ids[1]);
     max_predictions_ = static_cast<int>(positions[1]);
@@ -278,7 +310,7 @@ BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_b
 
 // Row blocks span the largest chunk's rows (h5py's [3125, 4] / [6250, 8] / [12500] chunks of a
 // seq-128 shard give 12500-row blocks of 21 MB), so a block's read decompresses each chunk of
-// its row band once; at least 256 rows, at most 65536.
+// its row band once; at least 256 rows, at most 65536, and no more than kMaxBlockBytes.
 void BertHdf5File::plan_row_blocks(int64_t cache_bytes) {
   COLLAGE_CHECK(cache_bytes >= 0, "{}: row cache of {} bytes", path_, cache_bytes);
   int64_t rows = 256;
@@ -289,8 +321,10 @@ void BertHdf5File::plan_row_blocks(int64_t cache_bytes) {
       rows = std::max(rows, static_cast<int64_t>(chunk[0]));
     H5Pclose(create);
   }
-  h_->block_rows = std::min<int64_t>(rows, 65536);
-  const int64_t block_bytes = h_->block_rows * row_width() * int64_t(sizeof(int32_t));
+  const int64_t row_bytes = row_width() * int64_t(sizeof(int32_t));
+  h_->block_rows =
+      std::max<int64_t>(1, std::min({rows, int64_t{65536}, kMaxBlockBytes / row_bytes}));
+  const int64_t block_bytes = h_->block_rows * row_bytes;
   h_->max_blocks = static_cast<size_t>(std::max<int64_t>(1, cache_bytes / block_bytes));
 }
 
@@ -382,6 +416,13 @@ void BertHdf5File::read_block(int64_t first, int64_t count,
     ConversionState& conversion = h_->conversion;
     conversion = ConversionState{H5Tget_size(h_->type[d]), H5Tget_sign(h_->type[d]) != H5T_SGN_NONE,
                                  false, ""};
+    if (const std::string damage =
+            check_chunk_lengths(h_->dataset[d], uint64_t(first), uint64_t(count), h_->file_bytes);
+        !damage.empty()) {
+      H5Sclose(memory_space);
+      H5Sclose(file_space);
+      fail("{}: dataset '{}': {} (a damaged file)", path_, kDatasetNames[d], damage);
+    }
     const herr_t status = H5Dread(h_->dataset[d], H5T_NATIVE_INT32, memory_space, file_space,
                                   h_->transfer, out[d].data());
     H5Sclose(memory_space);

@@ -18,8 +18,11 @@
 //
 // Checks, and when they run:
 //   at open (metadata only: nothing of the data is read, whatever the file's size; 2-6 ms for
-//   the 64 MB shard measured below): all six datasets present and integer-typed; ranks 2,2,2,2,2,1;
-//   the three [N, S] agree on S, the two [N, P] on P, all six on N; compression filters available.
+//   the 64 MB shard measured below): all six datasets present and integer-typed, of 1, 2, 4 or
+//   8 bytes; ranks 2,2,2,2,2,1; the three [N, S] agree on S, the two [N, P] on P, all six on N;
+//   1 <= P <= S <= kMaxSeqLen; chunks of at most kMaxChunkBytes, filtered only by gzip,
+//   shuffle or fletcher32 (what h5py writes; hdf5_chunk_check.h says why).
+//   on every block of rows read: each stored chunk decodes to a whole chunk (hdf5_chunk_check.h).
 //   on every row handed out (not at open): input_ids and masked_lm_ids in [0, vocab_size);
 //   input_mask, segment_ids and next_sentence_labels in {0, 1}; masked_lm_positions in
 //   [0, S); and, when its block is read, no stored value outside int32.
@@ -97,6 +100,15 @@ class BertHdf5File {
   static constexpr int64_t kUnknownVocab = std::numeric_limits<int32_t>::max();
   // Default bound of the decoded rows one open file keeps (int32, all six datasets).
   static constexpr int64_t kDefaultCacheBytes = int64_t{2} << 30;
+  // The longest sequence a file may declare (S): 2048 times BERT's 512, so that one row,
+  // decoded, stays in the megabytes whatever a damaged header claims.
+  static constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+  // The most one row block may take decoded; fewer rows than the chunks suggest when rows are
+  // long (a seq-512 file's 65536-row blocks take 445 MB, under it).
+  static constexpr int64_t kMaxBlockBytes = int64_t{512} << 20;
+  // The largest chunk a dataset may declare (h5py's are at most 1 MB): libhdf5 allocates one
+  // chunk's decoded size to read it.
+  static constexpr int64_t kMaxChunkBytes = int64_t{256} << 20;
 
   // Opens `path` and checks its metadata (see the top of this file); throws collage::Error
   // naming the file and dataset. vocab_size bounds input_ids and masked_lm_ids.

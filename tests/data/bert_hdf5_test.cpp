@@ -5,6 +5,7 @@
 #include "data/bert_hdf5.h"
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -228,6 +229,62 @@ TEST(BertHdf5File, RejectsBrokenMetadataAtOpen) {
     for (const auto& part : parts) EXPECT_HAS(e, part);
   }
   EXPECT_HAS(error_of([&] { BertHdf5File(kDir, vocab_size()); }), "is a directory");
+}
+
+// A file of six empty (fill-valued, chunked) datasets of the given shapes and integer width,
+// written with libhdf5's C API: shapes h5py would not write, at no disk cost.
+void write_empty_shard(const std::string& path, hsize_t rows, hsize_t seq_len,
+                       hsize_t max_predictions, size_t integer_bytes) {
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t type = H5Tcopy(H5T_STD_I32LE);
+  H5Tset_size(type, integer_bytes);
+  for (int d = 0; d < 6; ++d) {
+    const hsize_t width = d == 5 ? 1 : d >= 3 ? max_predictions : seq_len;
+    const int rank = d == 5 ? 1 : 2;
+    const hsize_t dims[2] = {rows, width}, chunk[2] = {1, std::min<hsize_t>(width, 1024)};
+    const hid_t space = H5Screate_simple(rank, dims, nullptr);
+    const hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(create, rank, chunk);
+    const hid_t dataset = H5Dcreate2(file, BertHdf5File::kDatasetNames[d], type, space, H5P_DEFAULT,
+                                     create, H5P_DEFAULT);
+    ASSERT_GE(dataset, 0);
+    H5Dclose(dataset);
+    H5Pclose(create);
+    H5Sclose(space);
+  }
+  H5Tclose(type);
+  H5Fclose(file);
+}
+
+// What fuzzing found (tests/fuzz/regressions/bert_hdf5/) and the bounds it led to: integers of
+// odd byte sizes and sequence lengths no BERT has are refused at open, before libhdf5 sizes a
+// buffer by them; a chunk that decodes short is refused before libhdf5 reads past it.
+TEST(BertHdf5File, RejectsWhatFuzzingFound) {
+  const std::string found = std::string(COLLAGE_SOURCE_DIR) + "/tests/fuzz/regressions/bert_hdf5/";
+  EXPECT_HAS(error_of([&] { BertHdf5File(found + "integer-of-1413611524-bytes", vocab_size()); }),
+             "holds 1413611524-byte integers; expected 1, 2, 4 or 8 bytes");
+  BertHdf5File short_chunk(found + "chunk-shorter-after-its-filters", vocab_size());
+  EXPECT_HAS(error_of([&] { short_chunk.get(0); }),
+             "dataset 'input_ids': the chunk at [0, 0] decodes to 128 bytes, not the 640 of a "
+             "chunk (a damaged file)");
+  BertHdf5File short_stored(found + "unfiltered-chunk-stored-short", vocab_size());
+  EXPECT_HAS(error_of([&] { short_stored.get(0); }),
+             "dataset 'masked_lm_ids': the chunk at [0, 0] decodes to 15 bytes, not the 24");
+
+  TempDir dir;
+  const std::string path = dir.file("shard.hdf5");
+  write_empty_shard(path, 4, 8, 2, 3);
+  EXPECT_HAS(error_of([&] { BertHdf5File(path, vocab_size()); }),
+             "dataset 'input_ids' holds 3-byte integers");
+  const hsize_t too_long = BertHdf5File::kMaxSeqLen + 1;
+  write_empty_shard(path, 1, too_long, 2, 4);
+  EXPECT_HAS(error_of([&] { BertHdf5File(path, vocab_size()); }),
+             "sequence length S = 1048577 and max_predictions P = 2: need 1 <= P <= S <= 1048576");
+  // The same kind of file with sane sizes opens, and its rows read (the fill value, 0).
+  write_empty_shard(path, 2, 64, 2, 8);
+  BertHdf5File file(path, vocab_size());
+  EXPECT_EQ(file.get(1).input_ids, std::vector<int32_t>(64, 0));
 }
 
 // Files whose values are wrong open (only metadata is read at open); reading the bad row

@@ -74,3 +74,9 @@ config = read("configs", "demo", "gpt-tiny.yaml").decode()
 seed("checkpoint", "small", checkpoint(
     {"step": 1, "precision": "bf16", "config": config},
     [("wte.weight", "bf16", [2, 3], bytes(range(12))), ("step", "i32", [], struct.pack("<i", 1))]))
+
+# fuzz_bert_hdf5: the file itself. The h5py-written fixtures: int32 rows chunked and
+# gzip-compressed, mixed integer widths, and refusals that get past libhdf5 (a float dataset,
+# a wrong rank, an int64 value beyond int32).
+for name in ("valid_int32", "widths", "float_dtype", "wrong_rank", "overflow_int64"):
+    seed("bert_hdf5", name, read("tests", "fixtures", "bert_hdf5", f"{name}.hdf5"))

@@ -2,7 +2,7 @@
 # sanitized clang build compiles no more than it fuzzes. Included by tests/fuzz/CMakeLists.txt
 # (libFuzzer) and tests/CMakeLists.txt (the g++ replay of the corpus in the normal suite).
 set(COLLAGE_FUZZ_TARGETS indexed_dataset gpt_dataset config checkpoint gpt2_tokenizer
-                         gpt2_tokenizer_files document_reader wordpiece_tokenizer)
+                         gpt2_tokenizer_files document_reader wordpiece_tokenizer bert_hdf5)
 function(collage_fuzz_link executable target)
   if(target STREQUAL "config")
     target_link_libraries(${executable} PRIVATE collage_config)

@@ -1,0 +1,115 @@
+// check_chunk_lengths: see hdf5_chunk_check.h.
+#include "data/hdf5_chunk_check.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <vector>
+
+namespace collage {
+
+bool is_sizable_filter(H5Z_filter_t id) {
+  return id == H5Z_FILTER_DEFLATE || id == H5Z_FILTER_SHUFFLE || id == H5Z_FILTER_FLETCHER32;
+}
+
+namespace {
+
+// The length of what a gzip (zlib) stream inflates to, counted up to limit + 1; "" or what is
+// wrong with the stream in `problem`.
+uint64_t inflated_length(const unsigned char* data, uint64_t bytes, uint64_t limit,
+                         std::vector<unsigned char>& scratch, std::string& problem) {
+  scratch.resize(limit + 1);
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) {
+    problem = "zlib could not start";
+    return 0;
+  }
+  z.next_in = const_cast<unsigned char*>(data);
+  z.avail_in = static_cast<uInt>(bytes);
+  z.next_out = scratch.data();
+  z.avail_out = static_cast<uInt>(scratch.size());
+  const int status = inflate(&z, Z_FINISH);
+  const uint64_t length = z.total_out;
+  if (status != Z_STREAM_END && z.avail_out != 0)
+    problem = fmt::format("its gzip data is damaged (zlib: {})", z.msg ? z.msg : "truncated");
+  inflateEnd(&z);
+  return length;
+}
+
+}  // namespace
+
+std::string check_chunk_lengths(hid_t dataset, uint64_t first_row, uint64_t rows,
+                                uint64_t file_bytes) {
+  const hid_t create = H5Dget_create_plist(dataset);
+  std::vector<H5Z_filter_t> filters;
+  hsize_t chunk[2] = {1, 1};
+  int rank = 0;
+  if (H5Pget_layout(create) == H5D_CHUNKED) {
+    rank = H5Pget_chunk(create, 2, chunk);
+    for (int f = 0, n = H5Pget_nfilters(create); f < n; ++f) {
+      unsigned flags = 0;
+      size_t cd_count = 0;
+      filters.push_back(
+          H5Pget_filter2(create, unsigned(f), &flags, &cd_count, nullptr, 0, nullptr, nullptr));
+    }
+  }
+  H5Pclose(create);
+  if (rank < 1) return "";  // contiguous or compact: libhdf5 sizes those itself
+
+  const hid_t type = H5Dget_type(dataset);
+  const uint64_t type_bytes = H5Tget_size(type);
+  H5Tclose(type);
+  hsize_t dims[2] = {0, 1};
+  const hid_t space = H5Dget_space(dataset);
+  H5Sget_simple_extent_dims(space, dims, nullptr);
+  H5Sclose(space);
+  const uint64_t columns = rank == 2 ? dims[1] : 1, column_step = rank == 2 ? chunk[1] : 1;
+  const uint64_t chunk_bytes = chunk[0] * (rank == 2 ? chunk[1] : 1) * type_bytes;
+
+  std::vector<unsigned char> stored, inflated;
+  for (uint64_t row = first_row / chunk[0] * chunk[0]; row < first_row + rows; row += chunk[0])
+    for (uint64_t column = 0; column < columns; column += column_step) {
+      hsize_t offset[2] = {row, column};
+      const std::string where = rank == 2 ? fmt::format("the chunk at [{}, {}]", row, column)
+                                          : fmt::format("the chunk at [{}]", row);
+      unsigned mask = 0;
+      haddr_t address = HADDR_UNDEF;
+      hsize_t bytes = 0;
+      if (H5Dget_chunk_info_by_coord(dataset, offset, &mask, &address, &bytes) < 0)
+        return where + " cannot be located";
+      if (address == HADDR_UNDEF) continue;  // never written: libhdf5 reads the fill value
+      // A gzip stream is at most a little longer than what it holds: anything longer is damage
+      // (and would not fit zlib's 32-bit input count).
+      if (bytes > file_bytes || bytes > chunk_bytes + chunk_bytes / 8 + 1024)
+        return fmt::format("{} claims {} bytes, for a chunk of {} in a file of {}", where, bytes,
+                           chunk_bytes, file_bytes);
+      stored.resize(bytes);
+      uint32_t read_mask = 0;
+      if (H5Dread_chunk(dataset, H5P_DEFAULT, offset, &read_mask, stored.data()) < 0)
+        return where + " cannot be read";
+      // Undo the filters last-applied first, as libhdf5 will, counting the length only.
+      const unsigned char* data = stored.data();
+      uint64_t length = bytes;
+      for (size_t f = filters.size(); f-- > 0;) {
+        if (f < 32 && (mask >> f & 1u)) continue;  // this chunk skipped filter f
+        if (filters[f] == H5Z_FILTER_FLETCHER32) {
+          if (length < 4) return fmt::format("{} is too short for its checksum", where);
+          length -= 4;
+        } else if (filters[f] == H5Z_FILTER_DEFLATE) {
+          std::string problem;
+          length = inflated_length(data, length, chunk_bytes, inflated, problem);
+          if (!problem.empty()) return where + ": " + problem;
+          data = inflated.data();
+        }
+        // H5Z_FILTER_SHUFFLE keeps the length; other filters were refused at open.
+      }
+      if (length > chunk_bytes)
+        return fmt::format("{} decodes to more than the {} bytes of a chunk", where, chunk_bytes);
+      if (length < chunk_bytes)
+        return fmt::format("{} decodes to {} bytes, not the {} of a chunk", where, length,
+                           chunk_bytes);
+    }
+  return "";
+}
+
+}  // namespace collage
