@@ -43,7 +43,10 @@ for target in "${targets[@]}"; do
   log="$build/fuzz-$target.log"
   echo "fuzz: $target for ${seconds}s ..."
   set +e
-  env "${environment[@]}" "$build/fuzz/fuzz_$target" "$corpus" "${options[@]}" >"$log" 2>&1
+  # The outer timeout ends a fuzzer that cannot end itself (libFuzzer's alarm handler can
+  # deadlock in the sanitizer's allocator when a slow input is interrupted mid-malloc).
+  timeout --kill-after=10 $((seconds + 60)) \
+    env "${environment[@]}" "$build/fuzz/fuzz_$target" "$corpus" "${options[@]}" >"$log" 2>&1
   status=$?
   set -e
   executions=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")

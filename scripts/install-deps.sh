@@ -15,7 +15,7 @@ packages=(
   libopenblas-dev libpcre2-dev
   libdnnl-dev                          # oneDNN: bf16 matmuls on AMX / AVX512-BF16 CPUs
   libhdf5-dev                          # BERT pretraining shards (src/data/bert_hdf5.cpp)
-  zlib1g-dev                           # sizing their gzip chunks (src/data/hdf5_chunk_check.h)
+  zlib1g-dev                           # sizing their gzip chunks (src/data/hdf5_storage_check.h)
   libicu-dev                           # Unicode data for BERT's WordPiece tokenizer
   libboost-context-dev                 # fibers of the host SIMT emulator (src/simt)
   libopenmpi-dev openmpi-bin           # MPI: the NCCL unique id travels over it

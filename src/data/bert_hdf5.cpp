@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "data/hdf5_chunk_check.h"
+#include "data/hdf5_storage_check.h"
 
 namespace collage {
 
@@ -257,6 +257,11 @@ BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_b
               "shuffle and fletcher32 only (h5py's)",
               path_, name, filter_description(id, cd, cd_count, filter_name));
         }
+      }
+      if (const std::string damage = check_storage_size(h_->dataset[d], h_->file_bytes);
+          !damage.empty()) {
+        H5Pclose(create);
+        fail("{}: dataset '{}': {} (a damaged file)", path_, name, damage);
       }
       hsize_t chunk[2] = {1, 1};
       if (H5Pget_layout(create) == H5D_CHUNKED && H5Pget_chunk(create, 2, chunk) >= 1) {

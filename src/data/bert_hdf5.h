@@ -21,8 +21,9 @@
 //   the 64 MB shard measured below): all six datasets present and integer-typed, of 1, 2, 4 or
 //   8 bytes; ranks 2,2,2,2,2,1; the three [N, S] agree on S, the two [N, P] on P, all six on N;
 //   1 <= P <= S <= kMaxSeqLen; chunks of at most kMaxChunkBytes, filtered only by gzip,
-//   shuffle or fletcher32 (what h5py writes; hdf5_chunk_check.h says why).
-//   on every block of rows read: each stored chunk decodes to a whole chunk (hdf5_chunk_check.h).
+//   shuffle or fletcher32 (what h5py writes); compact and contiguous storage of the size
+//   the shape needs, within the file (hdf5_storage_check.h says why).
+//   on every block of rows read: each stored chunk decodes to a whole chunk (hdf5_storage_check.h).
 //   on every row handed out (not at open): input_ids and masked_lm_ids in [0, vocab_size);
 //   input_mask, segment_ids and next_sentence_labels in {0, 1}; masked_lm_positions in
 //   [0, S); and, when its block is read, no stored value outside int32.

@@ -268,6 +268,9 @@ TEST(BertHdf5File, RejectsWhatFuzzingFound) {
   EXPECT_HAS(error_of([&] { short_chunk.get(0); }),
              "dataset 'input_ids': the chunk at [0, 0] decodes to 128 bytes, not the 640 of a "
              "chunk (a damaged file)");
+  EXPECT_HAS(error_of([&] { BertHdf5File(found + "compact-data-of-zero-bytes", vocab_size()); }),
+             "dataset 'next_sentence_labels': its compact storage records 0 bytes for 40 bytes of "
+             "values (a damaged file)");
   BertHdf5File short_stored(found + "unfiltered-chunk-stored-short", vocab_size());
   EXPECT_HAS(error_of([&] { short_stored.get(0); }),
              "dataset 'masked_lm_ids': the chunk at [0, 0] decodes to 15 bytes, not the 24");

@@ -1,5 +1,5 @@
-// check_chunk_lengths: see hdf5_chunk_check.h.
-#include "data/hdf5_chunk_check.h"
+// check_storage_size and check_chunk_lengths: see hdf5_storage_check.h.
+#include "data/hdf5_storage_check.h"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -37,6 +37,35 @@ uint64_t inflated_length(const unsigned char* data, uint64_t bytes, uint64_t lim
 }
 
 }  // namespace
+
+std::string check_storage_size(hid_t dataset, uint64_t file_bytes) {
+  const hid_t create = H5Dget_create_plist(dataset);
+  const H5D_layout_t layout = H5Pget_layout(create);
+  H5Pclose(create);
+  if (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS) return "";
+  const hid_t type = H5Dget_type(dataset);
+  const uint64_t type_bytes = H5Tget_size(type);
+  H5Tclose(type);
+  const hid_t space = H5Dget_space(dataset);
+  const double elements = double(H5Sget_simple_extent_npoints(space));
+  H5Sclose(space);
+  const double expected = elements * double(type_bytes);
+  const uint64_t stored = H5Dget_storage_size(dataset);
+  const char* what = layout == H5D_COMPACT ? "compact" : "contiguous";
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t offset = H5Dget_offset(dataset);
+    if (offset == HADDR_UNDEF) return "";  // never written: libhdf5 reads the fill value
+    if (double(offset) + expected > double(file_bytes))
+      return fmt::format(
+          "its {:.0f} bytes of contiguous data at offset {} run past the end of "
+          "the file ({} bytes)",
+          expected, offset, file_bytes);
+  }
+  if (double(stored) != expected)
+    return fmt::format("its {} storage records {} bytes for {:.0f} bytes of values", what, stored,
+                       expected);
+  return "";
+}
 
 std::string check_chunk_lengths(hid_t dataset, uint64_t first_row, uint64_t rows,
                                 uint64_t file_bytes) {

@@ -1,6 +1,13 @@
 #pragma once
-// A guard in front of libhdf5's reading of filtered chunks (docs/DATA.md §8).
+// Guards in front of libhdf5's reading of a dataset's storage (docs/DATA.md §8): libhdf5 1.10
+// trusts the sizes a file records for it, and copies past them when they are short.
 //
+// Compact and contiguous storage: the size recorded must be the dataset's (N rows of its type),
+// and contiguous data must lie within the file; checked once, at open. Found by
+// tests/fuzz/fuzz_bert_hdf5: a compact dataset of 5 int64 recording 0 bytes, from whose null
+// buffer libhdf5 copied.
+//
+// Chunks:
 // libhdf5 1.10 (Debian 12's) reads a chunk's stored bytes, decodes them through its filters and
 // then copies a whole chunk out of the result without checking the length: a damaged chunk that
 // is stored or decodes short makes it read past its buffer (two findings of
@@ -23,6 +30,10 @@ namespace collage {
 // The filters a BERT file's chunks may pass through: what h5py writes (gzip, shuffle,
 // fletcher32), each of which check_chunk_lengths knows how to size.
 bool is_sizable_filter(H5Z_filter_t id);
+
+// Checks the compact or contiguous storage of `dataset` against its size (nothing for chunked
+// datasets). Returns "" or what is wrong.
+std::string check_storage_size(hid_t dataset, uint64_t file_bytes);
 
 // Checks the chunks of `dataset` that hold rows [first_row, first_row + rows). Returns "" when
 // each decodes to exactly its chunk's size (and for contiguous or compact datasets, which have
