@@ -19,7 +19,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCOLLAGE_FUZZ=ON -DCOLLAGE_WITH_CUDA=OFF -DCOLLAGE_BUILD_TESTS=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 
-printf '\n| target | seconds | executions | coverage | corpus | findings |\n|---|---|---|---|---|---|\n' \
+printf '\n| target | seconds | CPU seconds | executions | coverage | corpus | findings |\n|---|---|---|---|---|---|---|\n' \
   >"$build/fuzz-summary.md"
 found=0
 for target in "${targets[@]}"; do
@@ -45,9 +45,11 @@ for target in "${targets[@]}"; do
   set +e
   # The outer timeout ends a fuzzer that cannot end itself (libFuzzer's alarm handler can
   # deadlock in the sanitizer's allocator when a slow input is interrupted mid-malloc).
-  timeout --kill-after=10 $((seconds + 60)) \
+  # CPU seconds (user + system) the fuzzer got: less than its wall time on a busy machine.
+  /usr/bin/time -f '%U %S' -o "$build/fuzz-$target.cpu" timeout --kill-after=10 $((seconds + 60)) \
     env "${environment[@]}" "$build/fuzz/fuzz_$target" "$corpus" "${options[@]}" >"$log" 2>&1
   status=$?
+  cpu=$(awk 'END {printf "%d", $1 + $2}' "$build/fuzz-$target.cpu" 2>/dev/null || echo "?")
   set -e
   executions=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo "?")
@@ -57,7 +59,7 @@ for target in "${targets[@]}"; do
     echo "fuzz: $target: FINDING (exit $status), see $log and $findings/"
     grep -m3 -E "ERROR: |runtime error|SUMMARY" "$log" || true
   fi
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$target" "$seconds" "$executions" "$coverage" \
+  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$target" "$seconds" "$cpu" "$executions" "$coverage" \
     "$(find "$corpus" -type f | wc -l)" "$count" >>"$build/fuzz-summary.md"
 done
 cat "$build/fuzz-summary.md"

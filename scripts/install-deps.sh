@@ -20,7 +20,7 @@ packages=(
   libboost-context-dev                 # fibers of the host SIMT emulator (src/simt)
   libopenmpi-dev openmpi-bin           # MPI: the NCCL unique id travels over it
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer, ASan/UBSan (tests/fuzz)
+  clang libclang-rt-14-dev libomp-14-dev time  # scripts/fuzz.sh: libFuzzer, ASan/UBSan (tests/fuzz)
   nodejs npm python3-numpy gnuplot-nox
   python3-torch python3-h5py           # independent references: export test, fixture generators
 )

@@ -271,6 +271,7 @@ void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int32_t* o
   if (offset < 0 || count < 0 || offset + count > len)
     fail("{}: tokens [{}, {}) are outside sequence {} of length {}", bin_path(), offset,
          offset + count, seq, len);
+  if (count == 0) return;  // `out` may be null then (an empty vector's data())
   const int64_t first = pointers_[seq] / itemsize_ + offset;
   if (dtype_ == TokenDType::int32) {
     std::memcpy(out, bin_map_ + first * 4, count * 4);

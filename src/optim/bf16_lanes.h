@@ -207,7 +207,8 @@ inline __m256i mix64(__m256i z) {
 
 }  // namespace lanes_detail
 
-// rounding_noise16(seed, t, first + i) in lane i. The rounds keyed by (seed, t) are the same
+// rounding_noise16(seed, t, first + i) in lane i (indices wrap modulo 2^64, as in the scalar
+// function's uint64_t(index)). The rounds keyed by (seed, t) are the same
 // for every lane and run once, in scalar; the last round, keyed by the index, runs on 64-bit
 // lanes, four at a time.
 inline U32Lanes rounding_noise16(uint64_t seed, int64_t t, LaneIndices indices) {
@@ -215,7 +216,7 @@ inline U32Lanes rounding_noise16(uint64_t seed, int64_t t, LaneIndices indices) 
   const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   U32Lanes noise;
   for_each_register([&](int k) {
-    const __m256i base = _mm256_set1_epi64x(int64_t(key + uint64_t(indices.first + 8 * k)));
+    const __m256i base = _mm256_set1_epi64x(int64_t(key + uint64_t(indices.first) + uint64_t(8 * k)));
     const __m256i h0 = lanes_detail::mix64(_mm256_add_epi64(base, _mm256_setr_epi64x(0, 1, 2, 3)));
     const __m256i h1 = lanes_detail::mix64(_mm256_add_epi64(base, _mm256_setr_epi64x(4, 5, 6, 7)));
     // h >> 48 fits 32 bits: gather the low 32 bits of the four 64-bit lanes of each half.

@@ -193,9 +193,9 @@ TEST(Bf16Lanes, StochasticRoundingMatchesScalar) {
     for (int k = 0; k < kLanes; k++) x[k] = from_bits32(edge_f32(r));
     const std::vector<uint16_t> got = bits_of_lanes(math::round_stochastic(f32_lanes(x), noise));
     for (int k = 0; k < kLanes; k++) {
-      const uint32_t want_noise = math::rounding_noise16(seed, t, first + k);
-      ASSERT_EQ(noise_lanes[k], want_noise)
-          << "seed " << seed << " t " << t << " index " << first + k;
+      const int64_t index = int64_t(uint64_t(first) + uint64_t(k));  // wraps past INT64_MAX
+      const uint32_t want_noise = math::rounding_noise16(seed, t, index);
+      ASSERT_EQ(noise_lanes[k], want_noise) << "seed " << seed << " t " << t << " index " << index;
       ASSERT_EQ(got[k], math::bf16_bits(math::round_stochastic(x[k], want_noise)))
           << std::hex << "x 0x" << bits32(x[k]) << " noise 0x" << want_noise;
     }
