@@ -7,7 +7,7 @@
 // gradients agree with the cpu to rounding, not bits (tests/cuda/cross_entropy_test.cpp).
 //
 // The vocab-parallel stages at the end of this file (cross_entropy_shard_*, tensor parallelism,
-// docs/PARALLEL.md) take the same math apart so that the caller can all-reduce between them:
+// docs/PARALLEL.md §3) take the same math apart so that the caller can all-reduce between them:
 // the max of a shard's columns, then Σ exp_approx(x − max) with the global max (no online
 // rescaling), then lse = max + logf(Σ) and the loss, and the backward from the saved lse. The
 // max, the loss and the backward compute exactly what the cpu computes from the same inputs

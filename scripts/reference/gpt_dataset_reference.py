@@ -10,7 +10,7 @@ Writes small fixtures to tests/fixtures/:
                               sampler batches; the numbers `collage inspect` must print.
 
 Everything random goes through numpy's real legacy RandomState, and the GPT sample
-construction follows NeMo r1.22 / Megatron (see DATA.md section 2 for the description).
+construction follows NeMo r1.22 / Megatron (docs/DATA.md §4 describes it).
 Sample tokens are computed a second, independent way: by slicing the concatenation of the
 shuffled documents at multiples of seq_len (which is what sample_idx encodes).
 

@@ -1,8 +1,8 @@
 #pragma once
 // Backend: the only code that touches device memory and computes. The model (src/model/)
-// is written once against this interface; cpu/ and (later) cuda/ implement it.
+// is written once against this interface; cpu/ and cuda/ (GPU and emulated) implement it.
 //
-// Conventions for every op (DESIGN.md §4):
+// Conventions for every op (docs/ARCHITECTURE.md, "The Backend contract", "Precision semantics"):
 //  - bf16 storage in and out; arithmetic in fp32; results rounded to bf16 (nearest-even).
 //  - GEMMs: bf16 operands, fp32 accumulation, one rounding on store.
 //  - Reductions (layernorm statistics, softmax max/sum, losses, norms) accumulate in fp32
@@ -174,7 +174,7 @@ class BackendT {
                                       const int32_t* targets, int64_t N, int V, int Vp,
                                       float dloss) = 0;
 
-  // ---- vocab-parallel cross-entropy (tensor parallelism, docs/PARALLEL.md) ----
+  // ---- vocab-parallel cross-entropy (tensor parallelism, docs/PARALLEL.md §3) ----
   // This rank holds logit columns [vocab_begin, vocab_begin + Vl) of the padded vocabulary:
   // logits (N, Vl). Global column vocab_begin + j is a real token when < V; the others are
   // padding and are never read. The caller all-reduces over the tensor-parallel group between

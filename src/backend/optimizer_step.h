@@ -2,7 +2,7 @@
 // The arguments of one optimizer step over one parameter tensor. The strategy (src/optim/)
 // decides which state components exist; the backend runs the per-element math, which lives
 // in ONE header of __host__ __device__ functions (src/optim/collage_math.h) shared by the
-// cpu loop and the CUDA kernel, so both compute the same bits (COLLAGE.md).
+// cpu loop and the CUDA kernel, so both compute the same bits (docs/PRECISION.md §1).
 #include <cstdint>
 
 #include "core/bf16.h"
@@ -53,12 +53,12 @@ inline const char* precision_name(Precision precision) {
   return "unknown";
 }
 
-// optimizer.adam_order: where bias correction and eps enter (COLLAGE.md "One step").
+// optimizer.adam_order: where bias correction and eps enter (docs/PRECISION.md §4.3).
 // torch: denom = sqrt(v)/sqrt(bc2) + eps, m·(−lr/bc1) (GPT configs, NeMo/PyTorch AdamW);
 // hf: denom = sqrt(v) + eps, m·(−lr·sqrt(bc2)/bc1) (HF AdamW; BERT/RoBERTa configs).
 enum class AdamOrder { torch, hf };
 
-// Effective descent quality sums of one step (COLLAGE.md "EDQ"), accumulated over elements:
+// Effective descent quality sums of one step (docs/PRECISION.md §7), accumulated over elements:
 // u is the intended update, Δ = θ_new − θ_old what the stored weights received (fp32-master:
 // the master's change).
 struct EdqSums {
@@ -75,13 +75,13 @@ struct EdqSums {
 struct OptimizerStep {
   Precision precision = Precision::fp32_master;
   AdamOrder adam_order = AdamOrder::torch;
-  bool collage_plus_reference_quirk = false;  // the published in-place Mult (COLLAGE.md)
+  bool collage_plus_reference_quirk = false;  // docs/PRECISION.md §8
   void* param = nullptr;       // (n) the weights the model reads, in the backend's storage type
   const void* grad = nullptr;  // (n) clipped, averaged gradient, same type
   int64_t n = 0;
   void* state[4] = {nullptr, nullptr, nullptr, nullptr};  // see Precision
   // AdamW hyperparameters of this step (weight_decay already 0 for no-decay tensors), in
-  // double; the backend forms the fp32 scalars of COLLAGE.md from them once per call.
+  // double; the backend forms the fp32 scalars of docs/PRECISION.md §2 from them once per call.
   double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
   int64_t t = 1;  // step counter, starts at 1
   // stochastic rounding: element i of this tensor draws from a counter-based RNG keyed by

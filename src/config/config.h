@@ -64,7 +64,7 @@ struct DataConfig {
   std::string merges_file;                // GPT-2 vocab.bpe
 
   // Encoders (model.arch bert | roberta) read BERT pretraining HDF5 shards instead
-  // (src/data/bert_hdf5.h, docs/DATA.md); data.datasets and data.split are GPT-only.
+  // (src/data/bert_hdf5.h, docs/DATA.md §8); data.datasets and data.split are GPT-only.
   std::string hdf5_train;    // a .hdf5/.h5 file or a directory of them
   std::string hdf5_valid;    // the same for validation; empty: no validation
   int max_predictions = 20;  // masked positions per sequence: the files' P
@@ -96,11 +96,11 @@ struct OptimizerConfig {
   // torch | hf: where bias correction and eps enter the update (optimizer_step.h). GPT
   // configs use torch (NeMo/PyTorch AdamW); hf is HF's AdamW (BERT/RoBERTa).
   AdamOrder adam_order = AdamOrder::torch;
-  // Reproduce the published collage-plus code's in-place Mult (COLLAGE.md) for comparisons
-  // with the paper's runs. Only collage-plus has that code path, so validation rejects true
-  // with any other precision (silently ignoring it would hide a mistaken config).
+  // Reproduce the published collage-plus code's in-place Mult (docs/PRECISION.md §8) for
+  // comparisons with the paper's runs. Only collage-plus has that code path, so validation
+  // rejects true with any other precision (silently ignoring it would hide a mistaken config).
   bool collage_plus_reference_quirk = false;
-  bool edq = true;  // compute effective descent quality every step (COLLAGE.md "EDQ")
+  bool edq = true;  // compute effective descent quality every step (docs/PRECISION.md §7)
   double lr = 6e-4;
   double min_lr = 6e-5;
   double beta1 = 0.9;
@@ -121,7 +121,7 @@ struct ParallelConfig {
   std::string backend = "cpu";
   // Ranks per tensor-parallel group; the data-parallel size is the mpirun world size / this.
   int tensor_parallel = 1;
-  // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks (docs/PARALLEL.md).
+  // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks (docs/PARALLEL.md §4).
   int zero = 0;
   // Seconds a rank may go silent (dead, stopped) before the job is ended, naming it; 0: no
   // watchdog (e.g. to stop a rank in a debugger). docs/PARALLEL.md §6.

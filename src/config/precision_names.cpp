@@ -1,4 +1,4 @@
-// optimizer.precision names <-> the Precision enum (DESIGN.md §4 lists what each one is),
+// optimizer.precision names <-> the Precision enum (docs/PRECISION.md §1 says what each one is),
 // and optimizer.adam_order names <-> AdamOrder.
 #include <string>
 

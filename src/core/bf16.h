@@ -1,7 +1,8 @@
 #pragma once
-// bfloat16 storage type: the top 16 bits of an IEEE fp32. Every tensor of training state
-// is stored as bf16; arithmetic happens in fp32 and is rounded back with round-to-
-// nearest-even (DESIGN.md §4). Layout-compatible with CUDA's __nv_bfloat16.
+// bfloat16 storage type: the top 16 bits of an IEEE fp32. Weights, gradients and activations
+// are stored as bf16, and so is the optimizer state of every strategy but fp32-master;
+// arithmetic happens in fp32 and is rounded back with round-to-nearest-even
+// (docs/ARCHITECTURE.md, "Precision semantics"). Layout-compatible with CUDA's __nv_bfloat16.
 #include <cstdint>
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // GPTDataset index construction (NeMo r1.22 gpt_dataset.py _build_index_mappings +
-// helpers.cpp build_sample_idx), split parsing, and sample assembly. DATA.md section 2.
+// helpers.cpp build_sample_idx), split parsing, and sample assembly. docs/DATA.md §4.
 #include "data/gpt_dataset.h"
 
 #include <cerrno>

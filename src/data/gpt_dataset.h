@@ -1,7 +1,7 @@
 #pragma once
 // Megatron / NeMo r1.22 GPTDataset: turns the sequences of an indexed dataset into training
 // samples of seq_len+1 tokens (inputs = [0, seq_len), labels = [1, seq_len]) in exactly the
-// order NeMo and Megatron-core produce them (DATA.md section 2):
+// order NeMo and Megatron-core produce them (docs/DATA.md §4):
 //   doc_idx     the split's sequence ids, tiled over `num_epochs` and shuffled
 //   sample_idx  (position in doc_idx, token offset) where each sample starts; consecutive
 //               samples overlap by one token

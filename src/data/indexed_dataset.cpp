@@ -1,4 +1,4 @@
-// MMIDIDX reader (mmap + validation) and atomic writer. Layout: DATA.md section 1.
+// MMIDIDX reader (mmap + validation) and atomic writer. Layout: docs/DATA.md §2.
 #include "data/indexed_dataset.h"
 
 #include <fcntl.h>

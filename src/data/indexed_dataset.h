@@ -3,7 +3,7 @@
 //   <prefix>.bin  raw little-endian tokens of every sequence, back to back
 //   <prefix>.idx  header (magic, version, dtype code, S, D1) + i32 lengths[S]
 //                 + i64 byte pointers[S] + i64 document_indices[D1]
-// (layout: /work/shared/DATA.md section 1). IndexedDataset maps an existing pair read-only
+// (layout: docs/DATA.md §2). IndexedDataset maps an existing pair read-only
 // and validates every field against the file sizes; IndexedDatasetWriter produces a pair
 // that appears atomically (written under .tmp names, fsynced, then renamed).
 #include <cstdint>

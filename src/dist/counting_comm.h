@@ -3,7 +3,7 @@
 // size of its buffer in the buffer's element type: n·size for an all-reduce, the whole send
 // buffer of a reduce-scatter, the whole receive buffer of an all-gather) and the number of
 // calls. The trainer wraps its tensor-parallel and data-parallel Comms in one each to report
-// communication per step (docs/PARALLEL.md, "Communication per step"); `collage plan` computes
+// communication per step (docs/PARALLEL.md §7); `collage plan` computes
 // the same figures from the shapes.
 #include <cstdint>
 #include <memory>

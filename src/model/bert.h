@@ -35,8 +35,8 @@
 // Unbracketed tensors are replicated. Vocab padding rows (ids >= vocab_size) start at zero and
 // never receive a gradient.
 //
-// Tensor parallelism (tp > 1) is the GPT's (gpt.h, docs/PARALLEL.md), Megatron's split: QKV (by
-// heads) and fc1 are column-parallel; proj and fc2 row-parallel, one all-reduce of their output
+// Tensor parallelism (tp > 1) is the GPT's (gpt.h, docs/PARALLEL.md §3), Megatron's split: QKV
+// (by heads) and fc1 are column-parallel; proj and fc2 row-parallel, one all-reduce of their output
 // in the forward (the replicated bias added by TP rank 0) and one of the column-parallel layers'
 // input gradients in the backward. The word embedding is vocab-parallel (masked lookup +
 // all-reduce) and so are the tied MLM decoder and its loss (all-reduced row max, Σ exp and target

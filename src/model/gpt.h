@@ -21,7 +21,7 @@
 // Padding rows of wte/lm_head (token ids >= vocab_size) are initialised to zero; they never
 // receive a gradient (tokens are checked < vocab_size and the loss ignores padding columns).
 //
-// Tensor parallelism (tp > 1, Megatron's, docs/PARALLEL.md): QKV (by heads) and fc1 are
+// Tensor parallelism (tp > 1, Megatron's, docs/PARALLEL.md §3): QKV (by heads) and fc1 are
 // column-parallel, attention proj and fc2 row-parallel with one all-reduce of their output in
 // the forward (the replicated bias added by TP rank 0 only) and one of the column-parallel
 // inputs' gradients in the backward; the embedding is vocab-parallel (masked lookup + all-reduce,

@@ -29,7 +29,7 @@ struct ParameterInfo {
   std::vector<int64_t> full_shape;  // shape of the whole tensor (tp = 1)
 };
 
-// Where this process sits in its tensor-parallel group (docs/PARALLEL.md).
+// Where this process sits in its tensor-parallel group (docs/PARALLEL.md §1).
 struct ParallelLayout {
   int tp = 1;
   int tp_rank = 0;

@@ -4,7 +4,7 @@
 // gets its per-rank shape and an offset into the contiguous memory. Under tensor parallelism
 // the replicated tensors are placed behind the sharded ones (the table keeps its order), so
 // their gradients are one all-reduce and the gradient norm and EDQ can count them on one rank
-// only (docs/PARALLEL.md).
+// only (docs/PARALLEL.md §3).
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -1,8 +1,8 @@
 #pragma once
-// Where a tensor-parallel shard's elements sit in the whole tensor (docs/PARALLEL.md): a shard
+// Where a tensor-parallel shard's elements sit in the whole tensor (docs/PARALLEL.md §3): a shard
 // is a list of runs of consecutive elements, each a run in the whole tensor too. Weight init
 // cuts shards with it, and checkpoints use it both ways: to put saved shards back together
-// and to cut them again for another tensor-parallel size.
+// and to cut them again for another tensor-parallel size (docs/PARALLEL.md §5).
 #include <cstddef>
 #include <cstdint>
 #include <vector>

@@ -168,7 +168,7 @@ inline F32Lanes operator-(F32Lanes a) {
   return each_register([](__m256 x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }, a);
 }
 
-// ---- one COLLAGE.md line each ----
+// ---- one line each (docs/PRECISION.md §2) ----
 inline Bf16Lanes add_rn(Bf16Lanes a, Bf16Lanes b) { return rn(f32_add(to_f32(a), to_f32(b))); }
 inline Bf16Lanes sub_rn(Bf16Lanes a, Bf16Lanes b) { return rn(f32_sub(to_f32(a), to_f32(b))); }
 inline Bf16Lanes mul_rn(Bf16Lanes a, Bf16Lanes b) { return rn(f32_mul(to_f32(a), to_f32(b))); }

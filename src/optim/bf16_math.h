@@ -1,11 +1,11 @@
 #pragma once
-// The rounding model of the optimizer math (COLLAGE.md "Notation and rounding model"), as
+// The rounding model of the optimizer math (docs/PRECISION.md §2), as
 // __host__ __device__ inline functions over CUDA's __nv_bfloat16, so that the cpu loop and
 // the CUDA kernel compute the same bits:
 //
 //   rn(x)          fp32 -> bf16, round to nearest, ties to even (NaN -> canonical 0x7fff,
 //                  what the device's cvt.rn.bf16.f32 and cuda_bf16.h's host path give)
-//   add_rn(a, b)   one line of COLLAGE.md: read bf16 operands, compute in fp32, store rn
+//   add_rn(a, b)   one line (docs/PRECISION.md §2): read bf16 operands, compute in fp32, store rn
 //   f32_add(a, b)  one IEEE fp32 operation, never contracted or reassociated
 //
 // Why "fp32 op, then rn" is the correctly rounded bf16 op. For +, −, ×, ÷ and √ of p-bit
@@ -127,7 +127,7 @@ COLLAGE_HD inline float f32_fma(float a, float b, float c) {
 #endif
 }
 
-// ---- one COLLAGE.md line each: bf16 operands, fp32 op, rn (correctly rounded, see top) ----
+// ---- one line each (docs/PRECISION.md §2): bf16 operands, fp32 op, rn (correctly rounded) ----
 COLLAGE_HD inline bfloat add_rn(bfloat a, bfloat b) { return rn(f32_add(to_f32(a), to_f32(b))); }
 COLLAGE_HD inline bfloat sub_rn(bfloat a, bfloat b) { return rn(f32_sub(to_f32(a), to_f32(b))); }
 COLLAGE_HD inline bfloat mul_rn(bfloat a, bfloat b) { return rn(f32_mul(to_f32(a), to_f32(b))); }

@@ -1,8 +1,9 @@
 #pragma once
-// One AdamW step of one element under every precision strategy (COLLAGE.md "One step"), as
+// One AdamW step of one element under every precision strategy (docs/PRECISION.md §4, §5), as
 // __host__ __device__ inline functions: the cpu backend's loop (src/backend/cpu/optimizer.cpp)
-// and the CUDA kernel call the same code, so their updates are bit-identical (DESIGN.md §4).
-// Rounding model and fp32 ops: bf16_math.h; MCF building blocks: mcf_math.h.
+// and the CUDA kernel call the same code, so their updates are bit-identical
+// (docs/ARCHITECTURE.md, "Bit-identical elementwise ops"). Rounding model and fp32 ops:
+// bf16_math.h; MCF building blocks: mcf_math.h.
 //
 // Per strategy (state order as in backend/optimizer_step.h):
 //   step_bf16            θ = rn(θ + u)
@@ -129,7 +130,7 @@ COLLAGE_HD inline B adamw_update(B m, B v, B theta, const AdamScalars& s) {
   return sub_rn(a, decay);
 }
 
-// ---- EDQ terms (COLLAGE.md "EDQ") ----
+// ---- EDQ terms (docs/PRECISION.md §7) ----
 
 // One element's intended update u and the change Δ the stored weights received.
 struct EdqTerm {

@@ -1,5 +1,5 @@
 #pragma once
-// Effective descent quality (COLLAGE.md "EDQ"): how much of the intended update u the stored
+// Effective descent quality (docs/PRECISION.md §7): how much of the intended update u the stored
 // weights actually received. The backend accumulates EdqSums (optimizer_step.h) per tensor;
 // this file turns sums into the logged figures, names the per-layer groups and keeps the
 // run's cumulative ratio.

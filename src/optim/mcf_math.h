@@ -1,7 +1,7 @@
 #pragma once
-// Multi-component floats (COLLAGE.md "Error-free building blocks"): a value kept as the
-// unevaluated sum x + δx of two bf16 numbers, |δx| ≤ ½ ulp(x), and the bf16 operations that
-// maintain it. Every line is one rounded operation of bf16_math.h, written as in COLLAGE.md.
+// Multi-component floats (docs/PRECISION.md §3): a value kept as the unevaluated sum x + δx of
+// two bf16 numbers, |δx| ≤ ½ ulp(x), and the bf16 operations that maintain it. Every line is one
+// rounded operation of bf16_math.h, written as in docs/PRECISION.md §3.
 //
 // What each guarantees (checked against float64 in tests/optim/mcf_math_test.cpp):
 //  - fast2sum(a, b): s + e == a + b exactly when exponent(a) ≥ exponent(b) (so in particular
@@ -75,7 +75,7 @@ COLLAGE_HD inline McfOf<B> mult(McfOf<B> v, bfloat bh, bfloat bl) {
   return {x, dx};
 }
 
-// The published reference implementation's in-place Mult (COLLAGE.md, behind
+// The published reference implementation's in-place Mult (docs/PRECISION.md §8, behind
 // optimizer.collage_plus_reference_quirk): x is overwritten by p after the first line, so
 // later lines read p where the text says x, e is not the product error, and the final
 // renormalisation subtracts rn(x' − x') = 0. Leaves the second moment too small.

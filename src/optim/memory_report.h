@@ -31,7 +31,7 @@ struct MemoryReport {
   size_t total_bytes() const {
     return parameter_bytes + gradient_bytes + state_bytes + activation_bytes;
   }
-  // (θ + g + state components) / parameters: the COLLAGE.md table's bytes/parameter
+  // (θ + g + state components) / parameters: the bytes/parameter of docs/PRECISION.md §6
   // (8, 10, 12, 10, 8, 16) without ZeRO (less with a ZeRO-1 shard); arena alignment
   // gaps are not counted.
   double bytes_per_parameter() const;

@@ -79,7 +79,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, Backend& backend, std::vecto
   StatePlan plan = plan_state(config.precision, shard_elements());
   state_arena_ = std::make_unique<Arena>(backend_, plan.arena_bytes, "optimizer state");
   state_ = std::move(plan.components);
-  // backend.allocate() zero-fills: moments and error terms start at 0 (COLLAGE.md).
+  // backend.allocate() zero-fills: moments and error terms start at 0 (docs/PRECISION.md §4).
   for (StateComponent& c : state_) c.data = state_arena_->take<char>(int64_t(c.bytes));
 
   if (config.precision == Precision::fp32_master) {

@@ -1,4 +1,5 @@
-// Emulated device memory (simt.h DESIGN 1). Layout of one allocation of `bytes`:
+// Emulated device memory (docs/ARCHITECTURE.md, "Host emulation of CUDA", rule 1). Layout of
+// one allocation of `bytes`:
 //
 //   [guard][ ...slack... | bytes rounded up to 256 ][guard]      (guards: kGuardBytes)
 //                        ^ the pointer device_malloc returns (256-aligned)

@@ -1,7 +1,8 @@
 #pragma once
-// Emulated device memory (internal to src/simt; simt.h DESIGN 1): every allocation is its own
-// mapping, PROT_NONE except while queued work runs. DeviceAccess opens all of them for its
-// lifetime (nested and concurrent uses count; the last one to end closes them again).
+// Emulated device memory (internal to src/simt; docs/ARCHITECTURE.md, "Host emulation of
+// CUDA", rule 1): every allocation is its own mapping, PROT_NONE except while queued work runs.
+// DeviceAccess opens all of them for its lifetime (nested and concurrent uses count; the last
+// one to end closes them again).
 #include <cstddef>
 
 namespace simt::detail {

@@ -1,5 +1,6 @@
 // The block scheduler: one fiber per CUDA thread, the lowest-numbered runnable thread runs until
-// it exits or blocks; barriers and warp collectives as simt.h (DESIGN 3) and collectives.h say.
+// it exits or blocks; barriers and warp collectives as simt.h (rule 3 of docs/ARCHITECTURE.md,
+// "Host emulation of CUDA") and collectives.h say.
 //
 // Fibers switch directly to the next runnable fiber (one jump per blocking point); only the
 // start and the end of a block go through the OS thread's own context (main_). A fiber is never

@@ -1,8 +1,8 @@
 #pragma once
 // The block scheduler (internal to src/simt): runs the blocks of a kernel launch on one OS
-// thread, one fiber per CUDA thread (simt.h, DESIGN 3 and 4). Each OS thread that runs
-// blocks owns one Scheduler, whose fibers and stacks live as long as the thread and are reused
-// by every block and launch.
+// thread, one fiber per CUDA thread (docs/ARCHITECTURE.md, "Host emulation of CUDA", rules 3
+// and 4). Each OS thread that runs blocks owns one Scheduler, whose fibers and stacks live as
+// long as the thread and are reused by every block and launch.
 #include <boost/context/detail/fcontext.hpp>
 #include <cstddef>
 #include <cstdint>

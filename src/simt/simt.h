@@ -5,7 +5,8 @@
 // place of the CUDA runtime; the host side (src/backend/cuda/runtime_emulated.cpp) uses the
 // stream, memory and launch functions of namespace simt below.
 //
-// DESIGN (what the project relies on)
+// RULES (what the project relies on; docs/ARCHITECTURE.md, "Host emulation of CUDA", numbers
+// them the same way)
 //
 // 1. Device memory is host memory that the host cannot touch. Every device_malloc is its own
 //    mapping, PROT_NONE whenever no queued work (kernel, copy, fill, enqueued function) runs,
@@ -65,7 +66,7 @@ Stream* create_stream();
 void destroy_stream(Stream* stream);  // runs what is queued first
 
 // Emulated device memory: 256-byte aligned, contents a poison pattern, readable only while
-// queued work runs (DESIGN 1). device_free waits for every stream first, as cudaFree does.
+// queued work runs (rule 1). device_free waits for every stream first, as cudaFree does.
 void* device_malloc(size_t bytes);
 void device_free(void* pointer);
 // Whether `pointer` lies inside a live device allocation.
@@ -74,7 +75,7 @@ bool is_device_pointer(const void* pointer);
 // Queues a host function that touches device memory (the emulated cuBLASLt GEMM uses it).
 // If it throws, synchronize returns the exception's message.
 void enqueue(Stream* stream, std::function<void()> work);
-// Copies and fills in stream order (DESIGN 2). A device range that runs past its allocation
+// Copies and fills in stream order (rule 2). A device range that runs past its allocation
 // queues nothing and makes the next synchronize return an error.
 void memcpy_async(Stream* stream, void* destination, const void* source, size_t bytes);
 void memset_async(Stream* stream, void* destination, int value, size_t bytes);
@@ -82,7 +83,7 @@ void memset_async(Stream* stream, void* destination, int value, size_t bytes);
 // first failure since the last synchronize (valid until the next failure is reported).
 const char* synchronize(Stream* stream);
 
-// Deferred mode (DESIGN 2); the initial value comes from SIMT_DEFERRED.
+// Deferred mode (rule 2); the initial value comes from SIMT_DEFERRED.
 void set_deferred(bool deferred);
 bool deferred();
 // Worker OS threads that run the blocks of a grid (initially SIMT_THREADS, default 1).

@@ -1,6 +1,7 @@
 // Streams: in-order queues of work (kernels, copies, fills, host functions) that run with
-// device memory opened (simt.h DESIGN 1, 2 and 6). Immediate mode runs each item as it is
-// queued, in the caller's thread; deferred mode runs the queue in synchronize.
+// device memory opened (docs/ARCHITECTURE.md, "Host emulation of CUDA", rules 1, 2 and 6).
+// Immediate mode runs each item as it is queued, in the caller's thread; deferred mode runs the
+// queue in synchronize.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>

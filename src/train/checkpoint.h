@@ -18,7 +18,7 @@
 // checkpoint name. Then `<dir>/latest` (a text file holding the newest file name) is replaced
 // the same way, and checkpoints beyond `keep` are deleted. One process writes a directory.
 //
-// A multi-rank run saves a set (docs/PARALLEL.md, "Checkpoints"): each rank's shard is a file
+// A multi-rank run saves a set (docs/PARALLEL.md §5): each rank's shard is a file
 // of this format in `<dir>/step_<step>.shards/`, and once every shard is on disk rank 0 writes
 // `<dir>/step_<step>.ckpt` as the set's manifest: a checkpoint without tensors whose metadata
 // lists the shard files ("shards": names relative to dir). A crash before the manifest leaves

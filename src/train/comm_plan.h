@@ -3,7 +3,7 @@
 // bytes the trainer hands to the tensor-parallel and the data-parallel group's collectives
 // (what dist/counting_comm.h counts during a run, and the step line reports). Payload is the
 // buffer of each collective in its element type; what a ring algorithm puts on the wire is
-// about 2·(n−1)/n of it per all-reduce. docs/PARALLEL.md lists the collectives.
+// about 2·(n−1)/n of it per all-reduce. docs/PARALLEL.md §7 lists the collectives.
 #include <cstdint>
 
 #include "config/config.h"

@@ -9,7 +9,7 @@
 
 namespace collage {
 
-// ZeRO-1's cut of the parameter memory (docs/PARALLEL.md): the model pads its parameter and
+// ZeRO-1's cut of the parameter memory (docs/PARALLEL.md §4): the model pads its parameter and
 // gradient memory to a multiple of zero_memory_multiple() elements, and data-parallel rank r
 // owns the r-th of data_parallel equal shards. Every shard starts 128-byte aligned. Without
 // ZeRO (zero = false) the multiple is 1 and the one shard is the whole memory.

@@ -1,5 +1,5 @@
 #pragma once
-// A training process's place in its job and the Comms it trains with (docs/PARALLEL.md).
+// A training process's place in its job and the Comms it trains with (docs/PARALLEL.md §1, §2).
 //
 // `mpirun -np N collage train CONFIG` starts N ranks; parallel.tensor_parallel = t splits them
 // into N / t data-parallel replicas of t tensor-parallel ranks each, TP inner: world ranks

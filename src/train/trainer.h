@@ -42,8 +42,8 @@ struct TrainResult {
 // several ranks or configured for tensor parallelism.
 void check_single_process(const Config& config, const char* command);
 
-// Trains; under mpirun every rank calls it (docs/PARALLEL.md). An error on any rank ends the
-// whole job.
+// Trains; under mpirun every rank calls it (docs/PARALLEL.md §1). An error on any rank ends the
+// whole job (docs/PARALLEL.md §6).
 TrainResult train(const Config& config, const TrainOptions& options);
 
 }  // namespace collage

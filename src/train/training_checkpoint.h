@@ -5,7 +5,7 @@
 // for bit under every precision strategy. Resuming under another strategy converts the state
 // (precision_conversion.h) only when asked to.
 //
-// Under parallelism (docs/PARALLEL.md, "Checkpoints") each rank saves its part: the weights
+// Under parallelism (docs/PARALLEL.md §5) each rank saves its part: the weights
 // of its tensor-parallel shard (data-parallel rank 0 only: the replicas hold the same), and
 // the optimizer state it keeps (its ZeRO-1 shard; without ZeRO, data-parallel rank 0's).
 // Restoring puts the saved parts back into whole tensors and cuts them for the current

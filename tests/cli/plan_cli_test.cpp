@@ -1,7 +1,7 @@
 // `collage plan`: its numbers are the trainer's real allocations (a model and optimizer are
-// constructed and compared, for every strategy), the bytes per parameter of COLLAGE.md's
-// table, the per-rank shard sizes at tensor-parallel t, the largest micro-batch that fits,
-// and the command line end to end.
+// constructed and compared, for every strategy), the bytes per parameter of docs/PRECISION.md
+// §6, the per-rank shard sizes at tensor-parallel t, the largest micro-batch that fits, and the
+// command line end to end.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -69,7 +69,7 @@ TEST(Plan, EqualsTheAllocationsOfARealModelAndOptimizer) {
   }
 }
 
-// COLLAGE.md: weights + grads + optimizer state, bytes per parameter.
+// docs/PRECISION.md §6: weights + grads + optimizer state, bytes per parameter.
 TEST(Plan, BytesPerParameterOfEveryStrategyMatchTheCollageTable) {
   const std::map<Precision, double> table = {
       {Precision::bf16, 8},   {Precision::collage_light, 10}, {Precision::collage_plus, 12},

@@ -1,6 +1,6 @@
 // Reading YAML into Config: defaults, unknown keys with suggestions, strict types, the
-// data.datasets forms, and --set overrides. Messages are compared whole where the brief
-// fixes their wording, so a change of key path or origin fails the test.
+// data.datasets forms, and --set overrides. Messages are compared whole where their wording
+// matters, so a change of key path or origin fails the test.
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,5 +1,5 @@
-// EDQ figures from sums (COLLAGE.md's definitions, worked by hand), the per-layer groups by
-// parameter name, and the cumulative ratio over a run.
+// EDQ figures from sums (docs/PRECISION.md §7's definitions, worked by hand), the per-layer
+// groups by parameter name, and the cumulative ratio over a run.
 #include "optim/edq.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // doubles is compared exactly through TwoSum (a + b = S + E with S = RN(a+b), E exact, for
 // any exponent gap), longer sums in __float128 (exact for the ≤ 100-bit spans generated).
 // Each block is checked where its precondition holds, and where it does not the documented
-// behaviour is pinned (COLLAGE.md's Grow uses the Fast2Sum error form, not 2Sum).
+// behaviour is pinned (docs/PRECISION.md §3: Grow uses the Fast2Sum error form, not 2Sum).
 #include "optim/mcf_math.h"
 
 #include <gtest/gtest.h>
@@ -114,8 +114,8 @@ TEST(McfMath, GrowIsExactUpToTheRoundingOfItsLowPart) {
     const auto [x, dx, u] = grow_case(r, i);
     const Mcf got = math::grow(mcf(x, dx), to_bfloat(u));
     ASSERT_TRUE(renormalised(got)) << x << " " << dx << " " << u;
-    // COLLAGE.md: s = rn(x+u), e = x + u − s (exact), δ = rn(δx + e); the result should be
-    // s + δ exactly, and x + δx + u exactly when δx + e needs no rounding.
+    // docs/PRECISION.md §3: s = rn(x+u), e = x + u − s (exact), δ = rn(δx + e); the result
+    // should be s + δ exactly, and x + δx + u exactly when δx + e needs no rounding.
     const double s = rb(x + u), e = (x + u) - s, delta = rb(dx + e);
     const quad want = quad(s) + quad(delta);
     if (x == 0 || fp_exponent(x) >= fp_exponent(u)) {  // Fast2Sum(x, u)'s condition
@@ -142,7 +142,7 @@ TEST(McfMath, GrowIsExactUpToTheRoundingOfItsLowPart) {
   EXPECT_EQ(to_double(zero.dx), 0.0);
 }
 
-// The β2 split used by collage-plus, as COLLAGE.md defines it.
+// The β2 split used by collage-plus, as docs/PRECISION.md §3 defines it.
 void split(double beta, double& bh, double& bl) {
   bh = rb(rf(beta));
   bl = rb(rf(beta - bh));

@@ -1,5 +1,5 @@
 // The Optimizer layer: which state each strategy keeps (names, element types, the bytes per
-// parameter of COLLAGE.md's table), how that state starts, what every backend step is
+// parameter of docs/PRECISION.md §6), how that state starts, what every backend step is
 // given (adam order, quirk, rounding keys, per-span state pointers, EDQ sums), and how the
 // EDQ sums are reduced over ranks through the Comm.
 #include "optim/optimizer.h"
@@ -182,7 +182,7 @@ TEST(Optimizer, EveryStrategyKeepsTheDocumentedComponentsInBackendOrder) {
   }
 }
 
-// COLLAGE.md's table: weights + grads + optimizer state, bytes/parameter, from the real
+// docs/PRECISION.md §6: weights + grads + optimizer state, bytes/parameter, from the real
 // allocation, and the plan (no allocation) is that allocation to the byte.
 TEST(Optimizer, AllocatesTheBytesPerParameterOfTheCollageTable) {
   const std::map<Precision, int> table = {

@@ -1,6 +1,6 @@
 #pragma once
 // Independent float64 rounding for the optimizer-math tests. Nothing here calls
-// src/optim/*_math.h: values are doubles, rounded explicitly where COLLAGE.md rounds.
+// src/optim/*_math.h: values are doubles, rounded explicitly where docs/PRECISION.md §2 rounds.
 //   rb(x)       double -> nearest-even bf16 value, directly (scaled nearbyint, not via fp32)
 //   rf(x)       double -> nearest-even fp32 value (the C++ conversion)
 //   fma_f32(...) fp32 fma with one rounding, from an exact double product and a TwoSum

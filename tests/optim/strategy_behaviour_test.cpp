@@ -1,9 +1,9 @@
-// What the strategies are for (COLLAGE.md "Properties worth testing"), measured on the
+// What the strategies are for (docs/PRECISION.md §3, §10), measured on the
 // header's per-element steps against float64 AdamW / exact EMAs:
 //  - at a learning rate below half an ulp of the weights, plain bf16 loses the updates while
 //    collage-light/plus (θ + δθ) follow float64 AdamW;
 //  - at β2 = 0.999 collage-plus's second moment follows the exact EMA of g², bf16's stalls;
-//  - the reference quirk leaves the second moment too small (COLLAGE.md: 0.34×–0.5×);
+//  - the reference quirk leaves the second moment too small (docs/PRECISION.md §8: 0.34×–0.5×);
 //  - EDQ: cumulative edq_ratio ≈ 1 for fp32-master, collage, kahan and stochastic, 0 for
 //    bf16, whose lost_frac is 1.
 // The measured numbers are printed (they go into the report).
@@ -221,7 +221,7 @@ double quirk_ratio(double beta2, int steps) {
 }
 
 TEST(StrategyBehaviour, ReferenceQuirkLeavesTheSecondMomentTooSmall) {
-  // COLLAGE.md: ~0.34× at β2 = 0.95, ~0.5× at 0.999. The bands allow for the sampling
+  // docs/PRECISION.md §8: ~0.34× at β2 = 0.95, ~0.5× at 0.999. The bands allow for the sampling
   // noise of a median over 1000 elements and for how far the claim's "~" reaches.
   EXPECT_NEAR(quirk_ratio(0.95, 400), 0.34, 0.04);
   EXPECT_NEAR(quirk_ratio(0.999, 6000), 0.5, 0.1);

@@ -1,8 +1,8 @@
 #pragma once
-// A scalar float64 reference of one AdamW step per strategy, written from COLLAGE.md line by
-// line and independent of src/optim/*_math.h: every value is a double; each line rounds
-// explicitly, rb(...) to bf16 (directly from double) where COLLAGE.md stores bf16, rf(...)
-// where it computes in fp32 with an fp32 operand, fma_f32 where it says fma.
+// A scalar float64 reference of one AdamW step per strategy, written line by line from
+// docs/PRECISION.md §3–§5 and §8, independent of src/optim/*_math.h: every value is a double;
+// each line rounds explicitly, rb(...) to bf16 (directly from double) where the page stores
+// bf16, rf(...) where it computes in fp32 with an fp32 operand, fma_f32 where it says fma.
 #include <cmath>
 #include <cstdint>
 
@@ -64,7 +64,7 @@ inline RefPair ref_grow(RefPair p, double u) {
 
 inline RefPair ref_mult(RefPair v, double bh, double bl, bool quirk) {
   const double p = rb(v.x * bh);
-  const double xr = quirk ? p : v.x;  // the quirk reads p where COLLAGE.md says x
+  const double xr = quirk ? p : v.x;  // the quirk reads p where docs/PRECISION.md §3 says x
   const double e = fma_line(xr, bh, -p);
   double dx = rb(v.dx * bh);
   dx = fma_line(xr, bl, dx);

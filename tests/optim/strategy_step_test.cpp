@@ -1,8 +1,8 @@
 // Each strategy's per-element step (src/optim/collage_math.h) against the float64 reference
-// written from COLLAGE.md (strategy_reference.h), element by element over 5 steps: bit-exact
-// θ, m, v, δθ, δv, compensation and the EDQ terms u, Δ. Both Adam orders, weight decay on
-// and off, β2 = 0.95 and 0.999, early steps (t = 1..5, large bias correction) and late ones
-// (t = 100000.., bc → 1), collage-plus with and without the reference quirk.
+// written from docs/PRECISION.md §3–§5 and §8 (strategy_reference.h), element by element over 5
+// steps: bit-exact θ, m, v, δθ, δv, compensation and the EDQ terms u, Δ. Both Adam orders,
+// weight decay on and off, β2 = 0.95 and 0.999, early steps (t = 1..5, large bias correction)
+// and late ones (t = 100000.., bc → 1), collage-plus with and without the reference quirk.
 #include <gtest/gtest.h>
 
 #include <cstring>

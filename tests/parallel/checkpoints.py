@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checkpoints, memory and communication under parallelism (docs/PARALLEL.md).
+"""Checkpoints, memory and communication under parallelism (docs/PARALLEL.md §5, §7).
 
 1. What a TP=2 x DP=2 ZeRO-1 run allocates and communicates is what `collage plan` says: the
    memory table rank 0 logs equals plan's, row for row, and the step line's TP/DP traffic

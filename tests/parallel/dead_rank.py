@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A rank of a running `collage train` job that dies or stalls ends the whole job within 60 s,
-with a message naming the rank, never a hang (docs/PARALLEL.md, section 6).
+with a message naming the rank, never a hang (docs/PARALLEL.md §6).
 
 Starts a 4-rank TP=2 x DP=2 training that would run for minutes, waits until it trains, then
 either kills one rank with SIGKILL (mpirun reports the rank and ends the job) or stops it with

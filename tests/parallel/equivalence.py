@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parallel layouts reproduce the single-process run (docs/PARALLEL.md, "Equivalence").
+"""Parallel layouts reproduce the single-process run (docs/PARALLEL.md §8).
 
 Trains the same tiny model from the same initial weights on the same data once as one process
 and then under `mpirun` in each requested layout (tensor-parallel, data-parallel with and
@@ -96,7 +96,7 @@ ENCODER_CHECKS = {
 # each other may flip. val_mlm_accuracy = right / labelled tokens (counted from the validation
 # file, mlm_label_counts), val_nsp_accuracy = right / sequences: each may differ by one
 # prediction at most.
-# ZeRO-1 reproduces plain DP bit for bit (docs/PARALLEL.md): the same weights, so the same
+# ZeRO-1 reproduces plain DP bit for bit (docs/PARALLEL.md §4, §8): the same weights, so the same
 # losses, counts and validation figures. The gradient norm and EDQ are fp64 sums reduced over
 # other groups with ZeRO-1 (every rank rather than the TP group): equal to rounding of a double.
 ZERO_PAIRS = (("dp2", "dp2-zero"), ("tp2xdp2", "tp2xdp2-zero"))

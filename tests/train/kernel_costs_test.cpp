@@ -373,7 +373,8 @@ TEST(KernelCosts, OptimizerBytesPerParameterFollowTheStrategysStorage) {
     EXPECT_EQ(step.calls, int64_t(table.size()));
     EXPECT_DOUBLE_EQ(step.bytes, P * (reads + stored - 2));
   }
-  // COLLAGE.md's collage-plus: 12 bytes stored; reads θ, g, m, v, δθ, δv, writes θ, m, v, δθ, δv.
+  // collage-plus (docs/PRECISION.md §6): 12 bytes stored; reads θ, g, m, v, δθ, δv, writes θ,
+  // m, v, δθ, δv.
   EXPECT_EQ(optimizer_bytes_per_parameter(Precision::collage_plus), 6 * 2 + 5 * 2);
   EXPECT_EQ(optimizer_flops_per_parameter(Precision::collage_plus), 36);
 }

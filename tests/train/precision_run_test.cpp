@@ -105,7 +105,7 @@ TEST_F(TrainerTest, StartOfRunMemoryLogComesFromTheAllocations) {
                            "    m (bf16)", "    v (bf16)", "    δθ (bf16)", "    δv (bf16)",
                            "  activations (2 x 16 tokens)", "  total"})
     EXPECT_NE(log.find(line), std::string::npos) << "missing '" << line << "' in\n" << log;
-  // θ + g + m + v + δθ + δv: 12 bytes per parameter (COLLAGE.md).
+  // θ + g + m + v + δθ + δv: 12 bytes per parameter (docs/PRECISION.md §6).
   const size_t at = log.find("  θ + g + state");
   ASSERT_NE(at, std::string::npos);
   const std::string row = log.substr(at, log.find('\n', at) - at);

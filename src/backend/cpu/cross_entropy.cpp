@@ -2,7 +2,7 @@
 // Each row's statistics take one pass over memory: the row goes through in chunks small
 // enough for L1, each chunk's max and Σ exp are folded into running values (online softmax).
 //
-// The vocab-parallel version (tensor parallelism, docs/PARALLEL.md) splits the same math into
+// The vocab-parallel version (tensor parallelism, docs/PARALLEL.md §3) splits the same math into
 // stages with all-reduces between them (src/backend/backend.h): the max of a shard's columns,
 // then Σ exp(x − max) with the global max, then lse and the loss. Its Σ exp takes the same
 // 512-column chunks with the max already known, so no rescaling is needed.
