@@ -84,6 +84,7 @@ std::string check_chunk_lengths(hid_t dataset, uint64_t first_row, uint64_t rows
   }
   H5Pclose(create);
   if (rank < 1) return "";  // contiguous or compact: libhdf5 sizes those itself
+  if (chunk[0] == 0 || (rank == 2 && chunk[1] == 0)) return "its chunks have no rows or columns";
 
   const hid_t type = H5Dget_type(dataset);
   const uint64_t type_bytes = H5Tget_size(type);
