@@ -91,12 +91,15 @@ void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
   const float scale = 1.0f / std::sqrt(float(HS));
   const int block = std::min(kQueryBlock, T);
   const bool widened = !is_fp32_storage<S>;
-  // scratch per thread: [0] q, k, v of one head (3, T, HS); [1] probabilities (block, T);
-  // [2] output block (block, HS); [3] one row's dropout factors (T)
-  const PerThread head_buf(cx.scratch[0], widened ? size_t(3) * T * HS : 0, cx.threads);
-  const PerThread prob_buf(cx.scratch[1], size_t(block) * T, cx.threads);
-  const PerThread out_buf(cx.scratch[2], widened ? size_t(block) * HS : 0, cx.threads);
-  const PerThread factor_buf(cx.scratch[3], dropout ? size_t(T) : 0, cx.threads);
+  // Per thread: one head at a time, one block of its queries at a time.
+  Scratch scratch(cx.scratch);
+  const PerThread head_buf =
+      scratch.per_thread(widened ? size_t(3) * T * HS : 0, cx.threads);  // q, k, v (3, T, HS)
+  const PerThread prob_buf = scratch.per_thread(size_t(block) * T, cx.threads);  // (block, T)
+  const PerThread out_buf =
+      scratch.per_thread(widened ? size_t(block) * HS : 0, cx.threads);  // (block, HS)
+  const PerThread factor_buf =
+      scratch.per_thread(dropout ? size_t(T) : 0, cx.threads);  // one row's dropout factors
   cx.key_visible.resize(size_t(cx.threads) * T);
 
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
@@ -161,16 +164,17 @@ void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S*
   const int block = std::min(kQueryBlock, T);
   const bool widened = !is_fp32_storage<S>;
   const int64_t head_size = int64_t(T) * HS;
-  // scratch per thread: [0] q, k, v, dout of one head (4, T, HS); [1] P block (block, T);
-  // [2] dP / dS block (block, T); [3] dk, dv (2, T, HS) and dq block (block, HS);
-  // with dropout, [4] Z block (block, T) and [5] dropout factors F (block, T)
-  const PerThread head_buf(cx.scratch[0], widened ? size_t(4 * head_size) : 0, cx.threads);
-  const PerThread prob_buf(cx.scratch[1], size_t(block) * T, cx.threads);
-  const PerThread dprob_buf(cx.scratch[2], size_t(block) * T, cx.threads);
-  const PerThread grad_buf(cx.scratch[3], widened ? size_t(2 * head_size + block * HS) : 0,
-                           cx.threads);
-  const PerThread z_buf(cx.scratch[4], dropout ? size_t(block) * T : 0, cx.threads);
-  const PerThread factor_buf(cx.scratch[5], dropout ? size_t(block) * T : 0, cx.threads);
+  // Per thread: one head at a time, one block of its queries at a time.
+  Scratch scratch(cx.scratch);
+  const PerThread head_buf = scratch.per_thread(widened ? size_t(4 * head_size) : 0,
+                                                cx.threads);  // q, k, v, dout (4, T, HS)
+  const PerThread prob_buf = scratch.per_thread(size_t(block) * T, cx.threads);   // P (block, T)
+  const PerThread dprob_buf = scratch.per_thread(size_t(block) * T, cx.threads);  // dP, dS
+  const PerThread grad_buf =  // dk, dv (2, T, HS), then the dq block (block, HS)
+      scratch.per_thread(widened ? size_t(2 * head_size + block * HS) : 0, cx.threads);
+  const PerThread z_buf =  // with dropout: Z (block, T) and the factors F (block, T)
+      scratch.per_thread(dropout ? size_t(block) * T : 0, cx.threads);
+  const PerThread factor_buf = scratch.per_thread(dropout ? size_t(block) * T : 0, cx.threads);
   cx.key_visible.resize(size_t(cx.threads) * T);
 
 #pragma omp parallel for schedule(static) num_threads(cx.threads)

@@ -18,25 +18,6 @@
 #include "core/error.h"
 
 namespace collage {
-namespace cpu {
-
-FloatBuffer::~FloatBuffer() { std::free(data_); }
-
-float* FloatBuffer::get(size_t count) {
-  if (count <= capacity_) return data_;
-  std::free(data_);
-  size_t bytes = (count * sizeof(float) + 255) / 256 * 256;
-  data_ = static_cast<float*>(std::aligned_alloc(256, bytes));
-  if (!data_) {
-    capacity_ = 0;
-    fail("cpu backend: cannot allocate {} bytes of scratch memory", bytes);
-  }
-  capacity_ = count;
-  return data_;
-}
-
-}  // namespace cpu
-
 namespace {
 
 template <typename S>

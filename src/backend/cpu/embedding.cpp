@@ -38,8 +38,8 @@ template <typename S>
 void embedding_backward(CpuContext& cx, S* dwte, S* dwpe, const S* dout, const int32_t* tokens,
                         int B, int T, int C, int64_t vocab_begin, int64_t vocab_end) {
   const int64_t N = int64_t(B) * T;
-  // scratch: per thread [0] one fp32 row (C)
-  const PerThread row_sum(cx.scratch[0], size_t(C), cx.threads);
+  Scratch scratch(cx.scratch);
+  const PerThread row_sum = scratch.per_thread(size_t(C), cx.threads);  // one fp32 row (C)
 
   if (dwte) {
     // Group the rows by token (stable: rows ascending within a group), so each token's rows

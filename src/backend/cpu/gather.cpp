@@ -57,7 +57,8 @@ void scatter_add_rows(CpuContext& cx, S* dinp, const S* dout, const int32_t* row
   }
   const int64_t groups = int64_t(group_starts.size());
   group_starts.push_back(count);
-  const PerThread sums_buf(cx.scratch[0], size_t(C), cx.threads);  // scratch[0]: (C) fp32 sums
+  Scratch scratch(cx.scratch);
+  const PerThread sums_buf = scratch.per_thread(size_t(C), cx.threads);  // (C) fp32 sums
 
 #pragma omp parallel for schedule(dynamic, 4) num_threads(cx.threads) if (count * C > (1 << 16))
   for (int64_t g = 0; g < groups; g++) {

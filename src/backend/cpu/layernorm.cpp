@@ -74,8 +74,9 @@ void layernorm_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* 
   // order, so the result does not depend on the thread count.
   constexpr int kBlock = 64;
   const int blocks = (C + kBlock - 1) / kBlock;
-  // scratch: per thread [0] the block's Σ dout·x̂ and Σ dout (2 · kBlock)
-  const PerThread sums(cx.scratch[0], 2 * kBlock, cx.threads);
+  Scratch scratch(cx.scratch);
+  // Per thread: the block's Σ dout·x̂ and Σ dout (2 · kBlock).
+  const PerThread sums = scratch.per_thread(2 * kBlock, cx.threads);
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int block = 0; block < blocks; block++) {
     const int c0 = block * kBlock, width = std::min(kBlock, C - c0);

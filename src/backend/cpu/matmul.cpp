@@ -32,13 +32,14 @@ Tiles channel_tiles(int OC, int threads) {
   return {(OC + size - 1) / size, size};
 }
 
-// The whole of inp as fp32 (N, C), widened in parallel (bf16) or the input itself (float).
+// The whole of inp as fp32 (N, C): widened in parallel into scratch (bf16), or the input
+// itself (float).
 template <typename S>
-ConstView read_matrix(CpuContext& cx, const S* src, int64_t rows, int C, FloatBuffer& scratch) {
+ConstView read_matrix(CpuContext& cx, const S* src, int64_t rows, int C, Scratch& scratch) {
   if constexpr (is_fp32_storage<S>) {
     return {src, C};
   } else {
-    float* dst = scratch.get(static_cast<size_t>(rows) * C);
+    float* dst = scratch.take(static_cast<size_t>(rows) * C);
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
     for (int64_t r = 0; r < rows; r++) widen(src + r * C, dst + r * C, C);
     return {dst, C};
@@ -74,13 +75,14 @@ void matmul_forward(CpuContext& cx, S* out, const S* inp, const S* weight, const
                          /*accumulate=*/false);
     return;
   }
-  // scratch: [0] inp (N, C); per thread [1] weight tile (size, C), [2] output tile (N, size)
   const Tiles tiles = channel_tiles(OC, cx.threads);
-  const ConstView x = read_matrix(cx, inp, N, C, cx.scratch[0]);
-  const PerThread weight_tile(cx.scratch[1], is_fp32_storage<S> ? 0 : size_t(tiles.size) * C,
-                              cx.threads);
-  const PerThread out_tile(cx.scratch[2], is_fp32_storage<S> ? 0 : size_t(N) * tiles.size,
-                           cx.threads);
+  const bool widened = !is_fp32_storage<S>;  // fp32 tiles are read and written in place
+  Scratch scratch(cx.scratch);
+  const ConstView x = read_matrix(cx, inp, N, C, scratch);  // (N, C)
+  const PerThread weight_tile =
+      scratch.per_thread(widened ? size_t(tiles.size) * C : 0, cx.threads);  // (size, C)
+  const PerThread out_tile =
+      scratch.per_thread(widened ? size_t(N) * tiles.size : 0, cx.threads);  // (N, size)
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int tile = 0; tile < tiles.count; tile++) {
     const int thread = omp_get_thread_num();
@@ -114,19 +116,20 @@ void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dou
                            /*accumulate=*/true);
     return;
   }
-  // scratch: [0] inp (N, C); per thread [1] dout tile (N, size), [2] weight tile (size, C),
-  // [3] dweight tile (size, C), [4] partial dinp (N, C) over this thread's tiles,
-  // [5] dbias tile (size)
   const Tiles tiles = channel_tiles(OC, cx.threads);
-  const bool widened = !is_fp32_storage<S>;
-  const ConstView x = dweight ? read_matrix(cx, inp, N, C, cx.scratch[0]) : ConstView{};
-  const PerThread dout_tile(cx.scratch[1], widened ? size_t(N) * tiles.size : 0, cx.threads);
-  const PerThread weight_tile(cx.scratch[2], dinp && widened ? size_t(tiles.size) * C : 0,
-                              cx.threads);
-  const PerThread dweight_tile(cx.scratch[3], dweight && widened ? size_t(tiles.size) * C : 0,
-                               cx.threads);
-  const PerThread dinp_partial(cx.scratch[4], dinp ? size_t(N) * C : 0, cx.threads);
-  const PerThread dbias_tile(cx.scratch[5], dbias ? size_t(tiles.size) : 0, cx.threads);
+  const bool widened = !is_fp32_storage<S>;  // fp32 tiles are read and written in place
+  Scratch scratch(cx.scratch);
+  const ConstView x = dweight ? read_matrix(cx, inp, N, C, scratch) : ConstView{};  // (N, C)
+  // Per thread: the tiles of its output channels, and its partial dinp over them.
+  const PerThread dout_tile =
+      scratch.per_thread(widened ? size_t(N) * tiles.size : 0, cx.threads);  // (N, size)
+  const PerThread weight_tile =
+      scratch.per_thread(dinp && widened ? size_t(tiles.size) * C : 0, cx.threads);  // (size, C)
+  const PerThread dweight_tile =
+      scratch.per_thread(dweight && widened ? size_t(tiles.size) * C : 0, cx.threads);  // (size, C)
+  const PerThread dinp_partial =
+      scratch.per_thread(dinp ? size_t(N) * C : 0, cx.threads);  // (N, C)
+  const PerThread dbias_tile = scratch.per_thread(dbias ? size_t(tiles.size) : 0, cx.threads);
 
   int team = 1;  // threads that really ran (and zeroed their partial dinp)
 #pragma omp parallel num_threads(cx.threads)
