@@ -3,6 +3,11 @@
 // file only checks the arguments, maps the storage to the header's types and runs the
 // elements in parallel.
 //
+// From a precision to its math: optimizer_step's switch (at the end) names the strategy, e.g.
+// CollageLightStep, whose at<B>(i) loads the elements, makes the one collage_math.h call of
+// the same name and stores them back. step_chunk is where B is chosen: kLanes elements at a
+// time, then one at a time.
+//
 // Many elements at a time: collage_math.h is a template over the bf16 type, and with the
 // Bf16Lanes of optim/bf16_lanes.h (AVX2) one call steps kLanes (64) consecutive elements with
 // the same operations lane by lane, so the bits are those of the scalar step. The few
@@ -59,40 +64,185 @@ struct ChunkSums {
   int64_t updated = 0, lost = 0;
 };
 
-// Runs one chunk [begin, end): step(i, type<B>) steps the elements from i on, with
-// B = Bf16Lanes (kLanes of them; returns an EdqLanesTerm) or B = bfloat (one; returns an
-// EdqTerm), and F32Lanes or float for fp32-master. Sums the EDQ terms: the lane vectors first
-// (kLanes lane sums, combined in lane order), then the scalar tail, a fixed order for a given
-// chunk. flatten: the strategy's whole step is inlined into this loop (GCC leaves mult and grow as
-// calls otherwise, and its lane vectors would travel through memory at every call).
-template <typename Lanes, typename Lane1, typename Step>
-[[gnu::flatten]] ChunkSums run_chunk(int64_t begin, int64_t end, const Step& step) {
+// ---- element access: the storage at p as the header's types (one element or kLanes) ----
+// collage::bf16 and __nv_bfloat16 share the layout; one element goes through the bits so no
+// object is accessed through the other type.
+
+inline void load(cm::bfloat& x, const bf16* p) { x = cm::bf16_from_bits(p->bits); }
+inline void store(bf16* p, cm::bfloat x) { p->bits = cm::bf16_bits(x); }
+inline void load(float& x, const float* p) { x = *p; }
+inline void load(float& x, const bf16* p) { x = bf16_to_float(*p); }
+inline void store(float* p, float x) { *p = x; }
+inline void store(bf16* p, float x) { store(p, cm::rn(x)); }  // fp32-master: θ = rn(master)
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+inline const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+inline uint16_t* bits_of(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
+inline void load(cm::Bf16Lanes& x, const bf16* p) { x = cm::load_bf16_lanes(bits_of(p)); }
+inline void store(bf16* p, cm::Bf16Lanes x) { cm::store_bf16_lanes(bits_of(p), x); }
+inline void load(cm::F32Lanes& x, const float* p) { x = cm::load_f32_lanes(p); }
+inline void load(cm::F32Lanes& x, const bf16* p) {
+  x = cm::to_f32(cm::load_bf16_lanes(bits_of(p)));
+}
+inline void store(float* p, cm::F32Lanes x) { cm::store_f32_lanes(p, x); }
+inline void store(bf16* p, cm::F32Lanes x) { cm::store_bf16_lanes(bits_of(p), cm::rn(x)); }
+using Bf16Lanes = cm::Bf16Lanes;
+using F32Lanes = cm::F32Lanes;
+#else
+struct Bf16Lanes {};  // never instantiated without the lane path
+struct F32Lanes {};
+#endif
+
+// ---- the strategies: at<B>(i) steps the elements from i on, one (B = cm::bfloat or float)
+// or kLanes (B = Bf16Lanes or F32Lanes), with the collage_math.h step of its name, and returns
+// their EDQ term. Lanes and One name the two element types; step_chunk below picks one. ----
+
+// θ, g, m, v: what every bf16-state strategy loads and stores back.
+struct Bf16Adam {
+  using Lanes = Bf16Lanes;
+  using One = cm::bfloat;
+  bf16* theta;
+  const bf16* grad;
+  bf16 *m, *v;
+  cm::AdamScalars s;
+
+  template <typename B>
+  void load_at(int64_t i, B& th, B& g, B& mi, B& vi) const {
+    load(th, theta + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
+  }
+  template <typename B>
+  void store_at(int64_t i, B th, B mi, B vi) const {
+    store(theta + i, th), store(m + i, mi), store(v + i, vi);
+  }
+};
+
+// bf16: state {m, v}.
+struct Bf16Step : Bf16Adam {
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi;
+    load_at(i, th, g, mi, vi);
+    const auto edq = cm::step_bf16(th, g, mi, vi, s);
+    store_at(i, th, mi, vi);
+    return edq;
+  }
+};
+
+// collage-light: state {m, v, δθ}.
+struct CollageLightStep : Bf16Adam {
+  bf16* dtheta;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi, dth;
+    load_at(i, th, g, mi, vi), load(dth, dtheta + i);
+    const auto edq = cm::step_collage_light(th, g, mi, vi, dth, s);
+    store_at(i, th, mi, vi), store(dtheta + i, dth);
+    return edq;
+  }
+};
+
+// collage-plus: state {m, v, δθ, δv}.
+struct CollagePlusStep : Bf16Adam {
+  bf16 *dtheta, *dv;
+  bool reference_quirk;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi, dth, dvi;
+    load_at(i, th, g, mi, vi), load(dth, dtheta + i), load(dvi, dv + i);
+    const auto edq = cm::step_collage_plus(th, g, mi, vi, dth, dvi, s, reference_quirk);
+    store_at(i, th, mi, vi), store(dtheta + i, dth), store(dv + i, dvi);
+    return edq;
+  }
+};
+
+// kahan: state {m, v, c}.
+struct KahanStep : Bf16Adam {
+  bf16* compensation;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi, c;
+    load_at(i, th, g, mi, vi), load(c, compensation + i);
+    const auto edq = cm::step_kahan(th, g, mi, vi, c, s);
+    store_at(i, th, mi, vi), store(compensation + i, c);
+    return edq;
+  }
+};
+
+// stochastic: state {m, v}; element i's rounding noise comes from (seed, t, offset + i).
+struct StochasticStep : Bf16Adam {
+  uint64_t seed;
+  int64_t t, offset;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi;
+    load_at(i, th, g, mi, vi);
+    auto edq = [&] {
+      if constexpr (std::is_same_v<B, cm::bfloat>) {
+        return cm::step_stochastic(th, g, mi, vi, s, seed, t, offset + i);
+      } else {
+        return cm::step_stochastic(th, g, mi, vi, s, seed, t, cm::LaneIndices{offset + i});
+      }
+    }();
+    store_at(i, th, mi, vi);
+    return edq;
+  }
+};
+
+// fp32-master: state {master, m, v} fp32; the weights are rn(master) (bf16 storage) or the
+// master itself (fp32 storage).
+template <typename S>
+struct Fp32MasterStep {
+  using Lanes = F32Lanes;
+  using One = float;
+  S* param;
+  const S* grad;
+  float *master, *m, *v;
+  cm::AdamScalars s;
+  template <typename F>
+  auto at(int64_t i) const {
+    F w, g, mi, vi;
+    load(w, master + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
+    const auto edq = cm::step_fp32_master(w, g, mi, vi, s);
+    store(master + i, w), store(m + i, mi), store(v + i, vi), store(param + i, w);
+    return edq;
+  }
+};
+
+// ---- the element loop ----
+
+// One chunk [begin, end): kLanes elements at a time while kLanes remain (the lane path, AVX2),
+// then the rest one at a time, the bits the same either way. The EDQ terms are summed in a
+// fixed order for a given chunk: the lane vectors first (kLanes lane sums, combined in lane
+// order), then the tail. flatten: the strategy's whole step is inlined into these loops (GCC
+// leaves mult and grow as calls otherwise, and the lane vectors would travel through memory).
+template <typename Strategy>
+[[gnu::flatten]] ChunkSums step_chunk(const Strategy& strategy, int64_t begin, int64_t end) {
   ChunkSums sums;
   int64_t i = begin;
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
   cm::EdqLanesAccumulator lanes;
-  for (; i + cm::kLanes <= end; i += cm::kLanes) lanes.add(step(i, std::type_identity<Lanes>()));
+  for (; i + cm::kLanes <= end; i += cm::kLanes)
+    lanes.add(strategy.template at<typename Strategy::Lanes>(i));
   sums.dot = lanes.dot_total(), sums.u_squared = lanes.u_squared_total();
   sums.updated = lanes.updated, sums.lost = lanes.lost;
 #endif
   cm::EdqAccumulator tail;
-  for (; i < end; i++) tail.add(step(i, std::type_identity<Lane1>()));
+  for (; i < end; i++) tail.add(strategy.template at<typename Strategy::One>(i));
   sums.dot += tail.dot, sums.u_squared += tail.u_squared;
   sums.updated += tail.updated, sums.lost += tail.lost;
   return sums;
 }
 
-// Runs chunk(begin, end) -> ChunkSums over [0, n) in chunks of kChunk, and adds the EDQ sums
-// to *edq. cx.partial_sums holds 4 doubles per chunk: dot, u², #updated, #lost (counts are
-// exact in double far beyond any tensor size).
-template <typename Chunk>
-void for_each_chunk(CpuContext& cx, int64_t n, EdqSums* edq, const Chunk& chunk) {
+// Steps elements [0, n) in chunks of kChunk, which the threads share, and adds the EDQ sums to
+// *edq: the chunks' sums (cx.partial_sums, 4 doubles per chunk: dot, u², #updated, #lost,
+// counts exact in double far beyond any tensor size) are added in chunk order.
+template <typename Strategy>
+void step_elements(CpuContext& cx, int64_t n, EdqSums* edq, const Strategy& strategy) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   cx.partial_sums.assign(size_t(4 * chunks), 0.0);
   double* partial = cx.partial_sums.data();
 #pragma omp parallel for schedule(static) num_threads(cx.threads) if (chunks > 1)
   for (int64_t c = 0; c < chunks; c++) {
-    const ChunkSums sums = chunk(c * kChunk, std::min(n, (c + 1) * kChunk));
+    const ChunkSums sums = step_chunk(strategy, c * kChunk, std::min(n, (c + 1) * kChunk));
     partial[4 * c + 0] = sums.dot;
     partial[4 * c + 1] = sums.u_squared;
     partial[4 * c + 2] = double(sums.updated);
@@ -109,117 +259,14 @@ void for_each_chunk(CpuContext& cx, int64_t n, EdqSums* edq, const Chunk& chunk)
   *edq += total;
 }
 
-// ---- element access: the storage at p as the header's types (one element or kLanes) ----
-// collage::bf16 and __nv_bfloat16 share the layout; one element goes through the bits so no
-// object is accessed through the other type.
-
-inline void load(cm::bfloat& x, const bf16* p) { x = cm::bf16_from_bits(p->bits); }
-inline void store(bf16* p, cm::bfloat x) { p->bits = cm::bf16_bits(x); }
-inline void load(float& x, const float* p) { x = *p; }
-inline void load(float& x, const bf16* p) { x = bf16_to_float(*p); }
-inline void store(float* p, float x) { *p = x; }
-inline void store(bf16* p, float x) { store(p, cm::rn(x)); }  // fp32-master: θ = rn(master)
-inline int64_t element_index(int64_t index, std::type_identity<cm::bfloat>) { return index; }
-#ifdef COLLAGE_CPU_OPTIMIZER_LANES
-inline const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
-inline uint16_t* bits_of(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
-inline void load(cm::Bf16Lanes& x, const bf16* p) { x = cm::load_bf16_lanes(bits_of(p)); }
-inline void store(bf16* p, cm::Bf16Lanes x) { cm::store_bf16_lanes(bits_of(p), x); }
-inline void load(cm::F32Lanes& x, const float* p) { x = cm::load_f32_lanes(p); }
-inline void load(cm::F32Lanes& x, const bf16* p) {
-  x = cm::to_f32(cm::load_bf16_lanes(bits_of(p)));
-}
-inline void store(float* p, cm::F32Lanes x) { cm::store_f32_lanes(p, x); }
-inline void store(bf16* p, cm::F32Lanes x) { cm::store_bf16_lanes(bits_of(p), cm::rn(x)); }
-inline cm::LaneIndices element_index(int64_t index, std::type_identity<cm::Bf16Lanes>) {
-  return {index};
-}
-using Bf16Lanes = cm::Bf16Lanes;
-using F32Lanes = cm::F32Lanes;
-#else
-struct Bf16Lanes {};  // never instantiated without the lane path
-struct F32Lanes {};
-#endif
-
-// The bf16-state strategies (bf16 storage only), one instantiation per strategy so the
-// element loop has no branch on it. Each step loads its elements, runs the header's step
-// and stores them back.
-template <Precision P>
-void bf16_state_step(CpuContext& cx, const OptimizerStep& step, const cm::AdamScalars& s) {
-  bf16* theta = static_cast<bf16*>(step.param);
-  const bf16* grad = static_cast<const bf16*>(step.grad);
-  bf16* m = static_cast<bf16*>(step.state[0]);
-  bf16* v = static_cast<bf16*>(step.state[1]);
-  bf16* extra = static_cast<bf16*>(step.state[2]);  // δθ or the Kahan compensation
-  bf16* dv = static_cast<bf16*>(step.state[3]);
-  const bool quirk = step.collage_plus_reference_quirk;
-  const uint64_t seed = step.rounding_seed;
-  const int64_t t = step.t, offset = step.rounding_offset;
-  // Elements i.. (one, or kLanes when B is Bf16Lanes).
-  auto step_at = [&](int64_t i, auto type) {
-    using B = typename decltype(type)::type;
-    B th, g, mi, vi;
-    load(th, theta + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
-    auto term = [&] {
-      if constexpr (P == Precision::bf16) {
-        return cm::step_bf16(th, g, mi, vi, s);
-      } else if constexpr (P == Precision::collage_light) {
-        B dth;
-        load(dth, extra + i);
-        const auto edq = cm::step_collage_light(th, g, mi, vi, dth, s);
-        store(extra + i, dth);
-        return edq;
-      } else if constexpr (P == Precision::collage_plus) {
-        B dth, dvi;
-        load(dth, extra + i), load(dvi, dv + i);
-        const auto edq = cm::step_collage_plus(th, g, mi, vi, dth, dvi, s, quirk);
-        store(extra + i, dth), store(dv + i, dvi);
-        return edq;
-      } else if constexpr (P == Precision::kahan) {
-        B comp;
-        load(comp, extra + i);
-        const auto edq = cm::step_kahan(th, g, mi, vi, comp, s);
-        store(extra + i, comp);
-        return edq;
-      } else {
-        static_assert(P == Precision::stochastic);
-        return cm::step_stochastic(th, g, mi, vi, s, seed, t, element_index(offset + i, type));
-      }
-    }();
-    store(theta + i, th), store(m + i, mi), store(v + i, vi);
-    return term;
-  };
-  for_each_chunk(cx, step.n, step.edq, [&](int64_t begin, int64_t end) {
-    return run_chunk<Bf16Lanes, cm::bfloat>(begin, end, step_at);
-  });
-}
-
-// fp32-master: state {master, m, v} fp32; the weights are rn(master) (bf16 storage) or the
-// master itself (fp32 storage).
-template <typename S>
-void fp32_master_step(CpuContext& cx, const OptimizerStep& step, const cm::AdamScalars& s) {
-  S* param = static_cast<S*>(step.param);
-  const S* grad = static_cast<const S*>(step.grad);
-  float* master = static_cast<float*>(step.state[0]);
-  float* m = static_cast<float*>(step.state[1]);
-  float* v = static_cast<float*>(step.state[2]);
-  // Elements i.. (one, or kLanes when F is F32Lanes).
-  auto step_at = [&](int64_t i, auto type) {
-    using F = typename decltype(type)::type;
-    F w, g, mi, vi;
-    load(w, master + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
-    const auto term = cm::step_fp32_master(w, g, mi, vi, s);
-    store(master + i, w), store(m + i, mi), store(v + i, vi);
-    store(param + i, w);
-    return term;
-  };
-  for_each_chunk(cx, step.n, step.edq, [&](int64_t begin, int64_t end) {
-    return run_chunk<F32Lanes, float>(begin, end, step_at);
-  });
+template <typename T>
+T* state(const OptimizerStep& step, int index) {
+  return static_cast<T*>(step.state[index]);
 }
 
 }  // namespace
 
+// The precision picks the strategy; step_chunk runs its at<B>(i) over the elements.
 template <typename S>
 void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
   if (is_fp32_storage<S> && step.precision != Precision::fp32_master) {
@@ -232,22 +279,33 @@ void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
   const cm::AdamScalars s =
       cm::make_adam_scalars(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.t,
                             step.adam_order == AdamOrder::hf);
-  if constexpr (is_fp32_storage<S>) {
-    fp32_master_step<S>(cx, step, s);
-  } else {
+  const int64_t n = step.n;
+  S* param = static_cast<S*>(step.param);
+  const S* grad = static_cast<const S*>(step.grad);
+  if (step.precision == Precision::fp32_master) {
+    const Fp32MasterStep<S> master{
+        param, grad, state<float>(step, 0), state<float>(step, 1), state<float>(step, 2), s};
+    return step_elements(cx, n, step.edq, master);
+  }
+  if constexpr (!is_fp32_storage<S>) {
+    const Bf16Adam adam{param, grad, state<bf16>(step, 0), state<bf16>(step, 1), s};
     switch (step.precision) {
-      case Precision::fp32_master:
-        return fp32_master_step<S>(cx, step, s);
       case Precision::bf16:
-        return bf16_state_step<Precision::bf16>(cx, step, s);
+        return step_elements(cx, n, step.edq, Bf16Step{adam});
       case Precision::collage_light:
-        return bf16_state_step<Precision::collage_light>(cx, step, s);
+        return step_elements(cx, n, step.edq, CollageLightStep{adam, state<bf16>(step, 2)});
       case Precision::collage_plus:
-        return bf16_state_step<Precision::collage_plus>(cx, step, s);
+        return step_elements(cx, n, step.edq,
+                             CollagePlusStep{adam, state<bf16>(step, 2), state<bf16>(step, 3),
+                                             step.collage_plus_reference_quirk});
       case Precision::kahan:
-        return bf16_state_step<Precision::kahan>(cx, step, s);
+        return step_elements(cx, n, step.edq, KahanStep{adam, state<bf16>(step, 2)});
       case Precision::stochastic:
-        return bf16_state_step<Precision::stochastic>(cx, step, s);
+        return step_elements(
+            cx, n, step.edq,
+            StochasticStep{adam, step.rounding_seed, step.t, step.rounding_offset});
+      case Precision::fp32_master:
+        break;  // above
     }
   }
 }
