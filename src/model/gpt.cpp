@@ -109,19 +109,17 @@ GptActivations<Storage> GptT<Storage>::plan_activations(const ModelConfig& confi
     a.row_lse = take_f32(N);
   }
 
-  a.dresidual = take(N * C);
   a.dlogits = take(N * Vl);
-  a.dln1 = take(N * C);  // first of the per-layer scratch region
-  a.dqkv = take(N * C3);
-  a.dqkv_rope = rope ? take(N * C3) : nullptr;
-  a.datty = take(N * Cl);
-  a.dln2 = take(N * C);
-  a.dfch = take(N * Fl);
-  a.dfch_gelu = take(N * Fl);
-  if (arena.base()) {
-    a.layer_scratch = reinterpret_cast<char*>(a.dln1);
-    a.layer_scratch_bytes = arena.used() - static_cast<size_t>(a.layer_scratch - arena.base());
-  }
+  a.dlnf = take(N * C);
+  a.dresidual = take(N * C);
+  GptLayerGradients<Storage>& d = a.layer_grads;
+  d.dfch_gelu = take(N * Fl);
+  d.dfch = take(N * Fl);
+  d.dln2 = take(N * C);
+  d.datty = take(N * Cl);
+  d.dqkv_rope = rope ? take(N * C3) : nullptr;
+  d.dqkv = take(N * C3);
+  d.dln1 = take(N * C);
   return a;
 }
 
@@ -223,23 +221,26 @@ void GptT<Storage>::backward(float dloss) {
   GptActivations<Storage>& a = acts_;
   BackendT<Storage>& be = backend_;
 
-  // Every backward op accumulates, so the activation gradients start from zero.
-  be.zero(a.dresidual, N * C * sizeof(Storage));
-  be.zero(a.dlogits, N * Vl * sizeof(Storage));
-  be.zero(a.layer_scratch, a.layer_scratch_bytes);
+  GptLayerGradients<Storage>& d = a.layer_grads;
+  auto zero = [&](Storage* gradient, int64_t count) {
+    if (gradient) be.zero(gradient, size_t(count) * sizeof(Storage));
+  };
 
-  // head: logits = lnf · headᵀ, then the final layernorm
+  // head: logits = lnf · headᵀ, then the final layernorm. Every backward op accumulates into
+  // its output, so each gradient is zeroed first.
+  zero(a.dlogits, N * Vl);
   if (layout_.tp == 1) {
     be.cross_entropy_backward(a.dlogits, a.logits, a.targets, N, V_, Vl, dloss);
   } else {
     be.cross_entropy_shard_backward(a.dlogits, a.logits, a.targets, a.row_lse, N, V_, Vl,
                                     vocab_begin_, dloss);
   }
-  Storage* dlnf = a.dln1;  // scratch, zero
-  be.matmul_backward(dlnf, g.head, nullptr, a.dlogits, a.lnf, w.head, N, C, Vl);
-  all_reduce_tp(dlnf, N * C);  // the head is column-parallel: its input's gradient sums
+  zero(a.dlnf, N * C);
+  be.matmul_backward(a.dlnf, g.head, nullptr, a.dlogits, a.lnf, w.head, N, C, Vl);
+  all_reduce_tp(a.dlnf, N * C);  // the head is column-parallel: its input's gradient sums
   const Storage* x_last = a.layers.back().residual3;
-  be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, dlnf, x_last, w.lnf_w, a.lnf_mean,
+  zero(a.dresidual, N * C);
+  be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dlnf, x_last, w.lnf_w, a.lnf_mean,
                         a.lnf_rstd, N, C);
 
   // dresidual holds the gradient of the current layer's output; both residual adds pass it
@@ -249,25 +250,31 @@ void GptT<Storage>::backward(float dloss) {
     const LayerWeights& lg = g.layers[l];
     const GptLayerActivations<Storage>& la = a.layers[l];
     const Storage* x = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    be.zero(a.layer_scratch, a.layer_scratch_bytes);
+    zero(d.dfch_gelu, N * Fl);
+    zero(d.dfch, N * Fl);
+    zero(d.dln2, N * C);
+    zero(d.datty, N * Cl);
+    zero(d.dqkv_rope, N * C3);  // null without rope
+    zero(d.dqkv, N * C3);
+    zero(d.dln1, N * C);
     // MLP branch
-    be.matmul_backward(a.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dresidual, la.fch_gelu, lw.fc2_w, N, Fl,
+    be.matmul_backward(d.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dresidual, la.fch_gelu, lw.fc2_w, N, Fl,
                        C);
-    be.gelu_backward(a.dfch, la.fch, a.dfch_gelu, N * Fl);
-    be.matmul_backward(a.dln2, lg.fc1_w, lg.fc1_b, a.dfch, la.ln2, lw.fc1_w, N, C, Fl);
-    all_reduce_tp(a.dln2, N * C);  // fc1 is column-parallel
-    be.layernorm_backward(a.dresidual, lg.ln2_w, lg.ln2_b, a.dln2, la.residual2, lw.ln2_w,
+    be.gelu_backward(d.dfch, la.fch, d.dfch_gelu, N * Fl);
+    be.matmul_backward(d.dln2, lg.fc1_w, lg.fc1_b, d.dfch, la.ln2, lw.fc1_w, N, C, Fl);
+    all_reduce_tp(d.dln2, N * C);  // fc1 is column-parallel
+    be.layernorm_backward(a.dresidual, lg.ln2_w, lg.ln2_b, d.dln2, la.residual2, lw.ln2_w,
                           la.ln2_mean, la.ln2_rstd, N, C);
     // attention branch
-    be.matmul_backward(a.datty, lg.proj_w, lg.proj_b, a.dresidual, la.atty, lw.proj_w, N, Cl, C);
+    be.matmul_backward(d.datty, lg.proj_w, lg.proj_b, a.dresidual, la.atty, lw.proj_w, N, Cl, C);
     const Storage* attention_in = rope_ ? la.qkv_rope : la.qkv;
-    Storage* dattention_in = rope_ ? a.dqkv_rope : a.dqkv;
-    be.attention_backward(dattention_in, a.datty, la.atty, attention_in, la.att_lse, nullptr, true,
+    Storage* dattention_in = rope_ ? d.dqkv_rope : d.dqkv;
+    be.attention_backward(dattention_in, d.datty, la.atty, attention_in, la.att_lse, nullptr, true,
                           B, T, NHl, HS);
-    if (rope_) be.rope_backward(a.dqkv, a.dqkv_rope, B, T, NHl, HS, config_.rope_base);
-    be.matmul_backward(a.dln1, lg.qkv_w, lg.qkv_b, a.dqkv, la.ln1, lw.qkv_w, N, C, C3);
-    all_reduce_tp(a.dln1, N * C);  // QKV is column-parallel
-    be.layernorm_backward(a.dresidual, lg.ln1_w, lg.ln1_b, a.dln1, x, lw.ln1_w, la.ln1_mean,
+    if (rope_) be.rope_backward(d.dqkv, d.dqkv_rope, B, T, NHl, HS, config_.rope_base);
+    be.matmul_backward(d.dln1, lg.qkv_w, lg.qkv_b, d.dqkv, la.ln1, lw.qkv_w, N, C, C3);
+    all_reduce_tp(d.dln1, N * C);  // QKV is column-parallel
+    be.layernorm_backward(a.dresidual, lg.ln1_w, lg.ln1_b, d.dln1, x, lw.ln1_w, la.ln1_mean,
                           la.ln1_rstd, N, C);
   }
   be.embedding_backward(g.wte, g.wpe, a.dresidual, a.tokens, B, T, C, vocab_begin_, vocab_end_);

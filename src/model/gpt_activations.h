@@ -1,6 +1,6 @@
 #pragma once
 // The GPT's activation buffers: what the forward saves for the backward, and the backward's
-// gradient scratch. All pointers point into one activation arena, sized for the largest
+// activation gradients. All pointers point into one activation arena, sized for the largest
 // micro-batch (N = micro_batch · seq_len rows). Shapes per tensor-parallel rank:
 // C hidden, Cl = C/tp attention width, C3 = 3C/tp, Fl = F/tp, Vl = Vp/tp, NHl = NH/tp.
 #include <cstdint>
@@ -26,6 +26,20 @@ struct GptLayerActivations {
   Storage* residual3;  // (N, C) the layer's output: residual2 + MLP branch
 };
 
+// The gradients one layer's backward computes, in the order it computes them. Every layer
+// reuses them (the backward runs from the last layer to the first), and each is zeroed by
+// name before the layer starts, since every backward op accumulates into its output.
+template <typename Storage>
+struct GptLayerGradients {
+  Storage* dfch_gelu;  // (N, Fl) of fc2's input
+  Storage* dfch;       // (N, Fl) of fc1's output (through the GELU)
+  Storage* dln2;       // (N, C) of ln2's output
+  Storage* datty;      // (N, Cl) of the attention output
+  Storage* dqkv_rope;  // (N, C3) of the rotated q, k (and v) the attention read; rope only
+  Storage* dqkv;       // (N, C3) of the QKV projection's output
+  Storage* dln1;       // (N, C) of ln1's output
+};
+
 template <typename Storage>
 struct GptActivations {
   int32_t* tokens = nullptr;   // (N) device copy of the inputs
@@ -43,20 +57,13 @@ struct GptActivations {
   float* row_sums = nullptr;  // (2N) Σ exp(logit − max) | the target's logit
   float* row_lse = nullptr;   // (N) log-sum-exp, saved for the backward
 
-  // ---- backward scratch (ops accumulate: zeroed before use) ----
-  Storage* dresidual = nullptr;  // (N, C) gradient of the residual stream, layer by layer
-  Storage* dlogits = nullptr;    // (N, Vl)
-  // Per-layer gradients, reused by every layer and zeroed together before each layer:
-  // they are one contiguous region [layer_scratch, layer_scratch + layer_scratch_bytes).
-  Storage* dln1 = nullptr;       // (N, C) also the final layernorm's output gradient
-  Storage* dqkv = nullptr;       // (N, C3)
-  Storage* dqkv_rope = nullptr;  // (N, C3) rope only
-  Storage* datty = nullptr;      // (N, Cl)
-  Storage* dln2 = nullptr;       // (N, C)
-  Storage* dfch = nullptr;       // (N, Fl)
-  Storage* dfch_gelu = nullptr;  // (N, Fl)
-  char* layer_scratch = nullptr;
-  size_t layer_scratch_bytes = 0;
+  // ---- backward: activation gradients (ops accumulate, so each is zeroed before use) ----
+  Storage* dlogits = nullptr;  // (N, Vl) of the logits; the head's backward only
+  Storage* dlnf = nullptr;     // (N, C) of the final layernorm's output; the head's backward only
+  // (N, C) of the residual stream: of the last layer's output after the final layernorm's
+  // backward, then of each layer's input as the layers' backwards add their branches into it.
+  Storage* dresidual = nullptr;
+  GptLayerGradients<Storage> layer_grads{};  // one layer's, reused by every layer
 };
 
 }  // namespace collage

@@ -222,11 +222,14 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   add("sum losses", KP::forward, 1, N * kF32, N);
 
   // ---- backward (GptT::backward); the zeroed gradients are memsets ----
-  add("zero dresidual", KP::backward, 1, N * C * kBf16, 0);
   add("zero dlogits", KP::backward, 1, N * Vp * kBf16, 0);
-  // dln1, dqkv, (dqkv_rope), datty, dln2, dfch, dfch_gelu: once before the head, once a layer
-  const double scratch = (N * C + N * 3 * C * (rope ? 2 : 1) + N * C + N * C + 2 * N * F) * kBf16;
-  add("zero layer scratch", KP::backward, L + 1, scratch, 0);
+  add("zero dlnf", KP::backward, 1, N * C * kBf16, 0);
+  add("zero dresidual", KP::backward, 1, N * C * kBf16, 0);
+  // Each layer's gradients (GptLayerGradients), zeroed before the layer's backward.
+  add("zero dfch_gelu, dfch", KP::backward, 2 * L, N * F * kBf16, 0);
+  add("zero dln2, datty, dln1", KP::backward, 3 * L, N * C * kBf16, 0);
+  add(rope ? "zero dqkv_rope, dqkv" : "zero dqkv", KP::backward, (rope ? 2 : 1) * L,
+      N * 3 * C * kBf16, 0);
   // logits and targets read, dlogits (V real columns) read and written.
   add("cross_entropy_backward", KP::backward, 1, 3 * N * V * kBf16 + N * kI32,
       kCrossEntropyBackwardFlops * N * V);
