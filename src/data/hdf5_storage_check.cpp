@@ -102,20 +102,30 @@ std::string check_chunk_lengths(hid_t dataset, uint64_t first_row, uint64_t rows
       hsize_t offset[2] = {row, column};
       const std::string where = rank == 2 ? fmt::format("the chunk at [{}, {}]", row, column)
                                           : fmt::format("the chunk at [{}]", row);
-      unsigned mask = 0;
+      // Two of libhdf5's ways to find a chunk: a walk over the chunk index (info_by_coord) and
+      // the lookup every read uses (storage_size; H5Dread_chunk reads that many bytes). In a
+      // damaged file they can disagree: an index that records a chunk twice (found by fuzzing:
+      // an 18-byte record walked, a 294-byte one read, into a buffer sized by the first), or
+      // an unfiltered chunk recorded short, which the lookup reads at its full size. The
+      // buffer below is sized by the lookup, and any disagreement is refused.
+      unsigned walked_mask = 0;
       haddr_t address = HADDR_UNDEF;
-      hsize_t bytes = 0;
-      if (H5Dget_chunk_info_by_coord(dataset, offset, &mask, &address, &bytes) < 0)
+      hsize_t walked_bytes = 0, bytes = 0;
+      if (H5Dget_chunk_info_by_coord(dataset, offset, &walked_mask, &address, &walked_bytes) < 0 ||
+          H5Dget_chunk_storage_size(dataset, offset, &bytes) < 0)
         return where + " cannot be located";
-      if (address == HADDR_UNDEF) continue;  // never written: libhdf5 reads the fill value
+      if (address == HADDR_UNDEF && bytes == 0) continue;  // never written: the fill value
+      if (bytes != walked_bytes)
+        return fmt::format("{} is recorded as {} bytes in the chunk index but read as {}", where,
+                           walked_bytes, bytes);
       // A gzip stream is at most a little longer than what it holds: anything longer is damage
       // (and would not fit zlib's 32-bit input count).
       if (bytes > file_bytes || bytes > chunk_bytes + chunk_bytes / 8 + 1024)
         return fmt::format("{} claims {} bytes, for a chunk of {} in a file of {}", where, bytes,
                            chunk_bytes, file_bytes);
       stored.resize(bytes);
-      uint32_t read_mask = 0;
-      if (H5Dread_chunk(dataset, H5P_DEFAULT, offset, &read_mask, stored.data()) < 0)
+      uint32_t mask = 0;  // the filters this chunk skipped, as the read found it
+      if (H5Dread_chunk(dataset, H5P_DEFAULT, offset, &mask, stored.data()) < 0)
         return where + " cannot be read";
       // Undo the filters last-applied first, as libhdf5 will, counting the length only.
       const unsigned char* data = stored.data();

@@ -18,8 +18,13 @@
 // unchanged by shuffle, skipping each filter the chunk's filter mask skips. Any other filter
 // is refused when the file is opened.
 //
+// The buffer for a chunk's stored bytes is sized by the same lookup libhdf5's read uses, and a
+// chunk whose size the chunk index's walk and that lookup disagree on is refused (a finding: a
+// heap overflow when the buffer was sized by the walk's record of a chunk recorded twice).
+//
 // The cost: each chunk is inflated twice, once here and once by libhdf5 (row blocks are
-// cached, so a chunk is checked once per block read).
+// cached, so a chunk is checked once per block read). Measured on a 200,000-row seq-128 h5py
+// gzip shard: `collage inspect --check` 1.6-1.9 s of CPU with the check, 1.0-1.2 s without.
 #include <hdf5.h>
 
 #include <cstdint>

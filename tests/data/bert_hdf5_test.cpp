@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -234,7 +235,7 @@ TEST(BertHdf5File, RejectsBrokenMetadataAtOpen) {
 // A file of six empty (fill-valued, chunked) datasets of the given shapes and integer width,
 // written with libhdf5's C API: shapes h5py would not write, at no disk cost.
 void write_empty_shard(const std::string& path, hsize_t rows, hsize_t seq_len,
-                       hsize_t max_predictions, size_t integer_bytes) {
+                       hsize_t max_predictions, size_t integer_bytes, bool gzip = false) {
   const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(file, 0);
   const hid_t type = H5Tcopy(H5T_STD_I32LE);
@@ -246,6 +247,7 @@ void write_empty_shard(const std::string& path, hsize_t rows, hsize_t seq_len,
     const hid_t space = H5Screate_simple(rank, dims, nullptr);
     const hid_t create = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(create, rank, chunk);
+    if (gzip) H5Pset_deflate(create, 4);
     const hid_t dataset = H5Dcreate2(file, BertHdf5File::kDatasetNames[d], type, space, H5P_DEFAULT,
                                      create, H5P_DEFAULT);
     ASSERT_GE(dataset, 0);
@@ -266,14 +268,18 @@ TEST(BertHdf5File, RejectsWhatFuzzingFound) {
              "holds 1413611524-byte integers; expected 1, 2, 4 or 8 bytes");
   BertHdf5File short_chunk(found + "chunk-shorter-after-its-filters", vocab_size());
   EXPECT_HAS(error_of([&] { short_chunk.get(0); }),
-             "dataset 'input_ids': the chunk at [0, 0] decodes to 128 bytes, not the 640 of a "
-             "chunk (a damaged file)");
+             "dataset 'input_ids': the chunk at [0, 0] is recorded as 59 bytes in the chunk index "
+             "but read as 34 (a damaged file)");
   EXPECT_HAS(error_of([&] { BertHdf5File(found + "compact-data-of-zero-bytes", vocab_size()); }),
              "dataset 'next_sentence_labels': its compact storage records 0 bytes for 40 bytes of "
              "values (a damaged file)");
   BertHdf5File short_stored(found + "unfiltered-chunk-stored-short", vocab_size());
   EXPECT_HAS(error_of([&] { short_stored.get(0); }),
-             "dataset 'masked_lm_ids': the chunk at [0, 0] decodes to 15 bytes, not the 24");
+             "dataset 'masked_lm_ids': the chunk at [0, 0] is recorded as 15 bytes in the chunk "
+             "index but read as 24");
+  BertHdf5File indexed_twice(found + "chunk-recorded-twice-in-its-index", vocab_size());
+  EXPECT_HAS(error_of([&] { indexed_twice.get(0); }),
+             "dataset 'input_ids': the chunk at [0, 0] cannot be located");
 
   TempDir dir;
   const std::string path = dir.file("shard.hdf5");
@@ -288,6 +294,32 @@ TEST(BertHdf5File, RejectsWhatFuzzingFound) {
   write_empty_shard(path, 2, 64, 2, 8);
   BertHdf5File file(path, vocab_size());
   EXPECT_EQ(file.get(1).input_ids, std::vector<int32_t>(64, 0));
+}
+
+// A gzip chunk whose stored bytes are a valid deflate stream of fewer bytes than a chunk (the
+// index agreeing on its size): libhdf5 1.10 would copy a whole chunk out of the short result.
+TEST(BertHdf5File, ChunkThatDecodesShortIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("shard.hdf5");
+  write_empty_shard(path, 2, 8, 2, 4, /*gzip=*/true);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t dataset = H5Dopen2(file, "input_ids", H5P_DEFAULT);
+  ASSERT_GE(dataset, 0);
+  // Half a row chunk (1, 8) of int32: 16 zero bytes, deflated.
+  const std::vector<unsigned char> half(16, 0);
+  std::vector<unsigned char> stream(compressBound(half.size()));
+  uLongf stream_bytes = stream.size();
+  ASSERT_EQ(compress(stream.data(), &stream_bytes, half.data(), half.size()), Z_OK);
+  const hsize_t offset[2] = {0, 0};
+  ASSERT_GE(H5Dwrite_chunk(dataset, H5P_DEFAULT, 0, offset, stream_bytes, stream.data()), 0);
+  H5Dclose(dataset);
+  H5Fclose(file);
+
+  BertHdf5File short_chunk(path, vocab_size());
+  EXPECT_HAS(error_of([&] { short_chunk.get(0); }),
+             "dataset 'input_ids': the chunk at [0, 0] decodes to 16 bytes, not the 32 of a chunk "
+             "(a damaged file)");
 }
 
 // Files whose values are wrong open (only metadata is read at open); reading the bad row
