@@ -2,8 +2,9 @@
 # Build the libFuzzer targets of tests/fuzz (clang, AddressSanitizer + UBSan) and run each for
 # SECONDS (default 600) from its checked-in seed corpus, as many at once as there are cores
 # (FUZZ_JOBS=N to choose; FUZZ_FORK=1 for fork mode, below). Prints CPU time, executions,
-# coverage and findings per target; exits 1 if any target found anything (the inputs are in build-fuzz/findings/TARGET/, to add to
-# tests/fuzz/regressions/ once fixed; earlier runs' findings stay there and are not counted).
+# coverage and findings per target; exits 1 if any target found anything (the inputs are in
+# build-fuzz/findings/TARGET/, to add to tests/fuzz/regressions/ once fixed; earlier runs'
+# findings stay there and are not counted).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 # A finding: a crash, a sanitizer report, a leak, an input slower than 1 s or above 1 GB.
 set -euo pipefail
