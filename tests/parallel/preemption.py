@@ -30,7 +30,8 @@ from dead_rank import rank_pids  # noqa: E402
 from equivalence import write_dataset  # noqa: E402
 
 # Every run of a case has the same max_steps: Megatron's sample index, and so the data order,
-# depends on the samples the run asks for. The signal stops the first run long before its end.
+# depends on the samples the run asks for. Signals stop every run long before its end: the
+# first after step 5, the resumed and the straight ones once they are past step COMPARED.
 CONFIG = """
 model: {{n_layer: 2, hidden_size: {hidden}, n_head: 4, vocab_size: 64, max_position_embeddings: 32}}
 data: {{datasets: ["{data}"], seq_len: 16, split: "90,5,5"}}
@@ -44,6 +45,7 @@ checkpoint: {{interval: 0}}
 
 EXIT_STOPPED = 75
 STEPS = 600
+COMPARED = 40
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 
 
@@ -89,29 +91,41 @@ def launch(cmd, ranks):
     return cmd
 
 
+def train_until(cmd, run_dir, ranks, sig, steps):
+    """Runs `cmd` (collage train ...) until metrics.jsonl holds `steps` step records, then sends
+    `sig` to it (to rank 1 only under mpirun: the others must follow). Returns (exit status,
+    output), or a failure message."""
+    job = subprocess.Popen(launch(cmd, ranks), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=ENV, start_new_session=True)
+    try:
+        if not wait_for_steps(run_dir, steps, job, timeout=300):
+            return "the job did not train to step %d: %s" % (
+                steps, job.communicate(timeout=60)[0][-3000:])
+        if ranks > 1:
+            pids = rank_pids("logging.dir=" + run_dir)
+            if 1 not in pids:
+                return "no process of rank 1 among %s" % pids
+            os.kill(pids[1], sig)
+        else:
+            os.kill(job.pid, sig)
+        output = job.communicate(timeout=120)[0]
+        return job.returncode, output
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+
+
 def stop_and_resume(work, ranks, sig):
     config = os.path.join(work, "job.yaml")
     run_dir = os.path.join(work, "stopped%d" % ranks)
     train = [ARGS.collage, "train", config, "--set", "logging.dir=" + run_dir]
-    job = subprocess.Popen(launch(train, ranks), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, env=ENV, start_new_session=True)
-    try:
-        if not wait_for_steps(run_dir, 5, job):
-            return ["the job did not train: %s" % job.communicate(timeout=60)[0][-3000:]]
-        if ranks > 1:
-            pids = rank_pids("logging.dir=" + run_dir)
-            if 1 not in pids:
-                return ["no process of rank 1 among %s" % pids]
-            os.kill(pids[1], sig)  # one rank only: the others must follow
-        else:
-            os.kill(job.pid, sig)
-        output = job.communicate(timeout=120)[0]
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
+    stopped = train_until(train, run_dir, ranks, sig, 5)
+    if isinstance(stopped, str):
+        return [stopped]
+    status, output = stopped
     failures = []
-    if job.returncode != EXIT_STOPPED:
-        failures.append("exit status %d, expected %d:\n%s" % (job.returncode, EXIT_STOPPED,
+    if status != EXIT_STOPPED:
+        failures.append("exit status %d, expected %d:\n%s" % (status, EXIT_STOPPED,
                                                                output[-3000:]))
     with open(os.path.join(run_dir, "train.log")) as f:
         log = f.read()
@@ -128,23 +142,19 @@ def stop_and_resume(work, ranks, sig):
     if records[-1]["step"] != stopped_at:
         failures.append("metrics.jsonl ends at step %d, the stop was after step %d" %
                         (records[-1]["step"], stopped_at))
-    # Resume to the end, and compare with a run that was never stopped.
-    end = STEPS
-    more = []
-    resumed = subprocess.run(launch(train + more + ["--resume"], ranks), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, env=ENV, timeout=300)
-    if resumed.returncode != 0:
-        return failures + ["resume failed:\n" + resumed.stdout[-3000:]]
+    # Resume, and compare with a run that was never stopped, over COMPARED steps: both are
+    # stopped the same way once they are past it (max_steps, and so the data order, stays).
+    resumed = train_until(train + ["--resume"], run_dir, ranks, sig, COMPARED)
     straight_dir = os.path.join(work, "straight%d" % ranks)
-    straight = subprocess.run(launch([ARGS.collage, "train", config, "--set",
-                                      "logging.dir=" + straight_dir] + more, ranks),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
-                              timeout=600)
-    if straight.returncode != 0:
-        return failures + ["straight run failed:\n" + straight.stdout[-3000:]]
-    failures += compare(metrics(run_dir), metrics(straight_dir), end)
-    print("%d rank(s), %s: stopped after step %d, resumed to %d: %s" %
-          (ranks, name, stopped_at, end, "identical" if not failures else "DIFFERENT"))
+    straight = train_until([ARGS.collage, "train", config, "--set", "logging.dir=" + straight_dir],
+                           straight_dir, ranks, sig, COMPARED)
+    for what, run in (("resume", resumed), ("straight run", straight)):
+        if isinstance(run, str) or run[0] != EXIT_STOPPED:
+            return failures + ["%s failed: %s" % (what, run if isinstance(run, str) else
+                                                   "exit %d\n%s" % (run[0], run[1][-3000:]))]
+    failures += compare(metrics(run_dir), metrics(straight_dir), COMPARED)
+    print("%d rank(s), %s: stopped after step %d, resumed: steps 1-%d %s" %
+          (ranks, name, stopped_at, COMPARED, "identical" if not failures else "DIFFERENT"))
     return failures
 
 
