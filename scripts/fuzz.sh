@@ -34,8 +34,8 @@ run_target() {
   local options=(-max_total_time="$seconds" -timeout=1 -rss_limit_mb=1024 -malloc_limit_mb=1024
                  -artifact_prefix="$findings/" -print_final_stats=1)
   [[ -f tests/fuzz/$target.dict ]] && options+=(-dict="tests/fuzz/$target.dict")
-  # FUZZ_FORK=1: libFuzzer's fork mode, which saves each finding and keeps going, for a target
-  # whose known findings would otherwise end every run early (bert_hdf5, tests/fuzz/upstream).
+  # FUZZ_FORK=1: libFuzzer's fork mode, which saves each finding and keeps going (to collect
+  # the findings of a target that has many, rather than stop at the first).
   [[ ${FUZZ_FORK:-0} == 1 ]] && options+=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
   # A target that reads through a library not built here may name what that library does on
   # its own (tests/fuzz/TARGET.lsan, and TARGET.asan for AddressSanitizer options).

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "data/hdf5_probe.h"
 #include "data/hdf5_storage_check.h"
 
 namespace collage {
@@ -188,7 +189,8 @@ BertSample BertBatch::sample(int64_t b) const {
   return s;
 }
 
-BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_bytes)
+BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_bytes,
+                           Hdf5Probe probe)
     : path_(std::move(path)), vocab_size_(vocab_size), h_(new Handles) {
   try {
     silence_hdf5_errors();
@@ -199,6 +201,7 @@ BertHdf5File::BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_b
     if (std::filesystem::is_directory(path_, ec))
       fail("{}: is a directory, not a BERT HDF5 file", path_);
     h_->file_bytes = std::filesystem::file_size(path_, ec);
+    if (probe == Hdf5Probe::kRun) probe_bert_hdf5_files({path_});
     h_->file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     if (h_->file < 0) fail("{}: cannot open as an HDF5 file ({})", path_, hdf5_error_text());
 

@@ -92,6 +92,11 @@ struct BertHdf5DatasetInfo {
   std::string storage;  // "contiguous", "chunked [4096, 128] gzip", ...
 };
 
+// Whether BertHdf5File first opens the file in a probe process (hdf5_probe.h): always, unless
+// the caller has just probed it (BertShardSet probes all its shards in one process) or is the
+// probe.
+enum class Hdf5Probe { kRun, kAlreadyRun };
+
 class BertHdf5File {
  public:
   // The six dataset names, in the order of datasets().
@@ -114,8 +119,10 @@ class BertHdf5File {
   // Opens `path` and checks its metadata (see the top of this file); throws collage::Error
   // naming the file and dataset. vocab_size bounds input_ids and masked_lm_ids.
   // cache_bytes bounds the decoded row blocks kept while the file is open (at least one block
-  // is kept, whatever the bound).
-  BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_bytes = kDefaultCacheBytes);
+  // is kept, whatever the bound). libhdf5 opens the file in a probe process first
+  // (hdf5_probe.h), unless `probe` says that has been done.
+  BertHdf5File(std::string path, int64_t vocab_size, int64_t cache_bytes = kDefaultCacheBytes,
+               Hdf5Probe probe = Hdf5Probe::kRun);
   ~BertHdf5File();
   BertHdf5File(BertHdf5File&& other) noexcept;
   BertHdf5File& operator=(BertHdf5File&& other) noexcept;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/splitmix64.h"
+#include "data/hdf5_probe.h"
 #include "data/numpy_random.h"
 
 namespace collage {
@@ -57,8 +58,10 @@ BertShardSet::BertShardSet(const std::string& path, int64_t vocab_size,
     files_.push_back(path);
   }
 
+  probe_bert_hdf5_files(files_);  // one probe process for all (hdf5_probe.h)
   for (size_t f = 0; f < files_.size(); ++f) {
-    const BertHdf5File file(files_[f], vocab_size);
+    const BertHdf5File file(files_[f], vocab_size, BertHdf5File::kDefaultCacheBytes,
+                            Hdf5Probe::kAlreadyRun);
     if (f == 0) {
       seq_len_ = file.seq_len();
       max_predictions_ = file.max_predictions();
