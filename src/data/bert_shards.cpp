@@ -3,6 +3,7 @@
 #include "data/bert_shards.h"
 
 #include <fnmatch.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -36,6 +37,20 @@ uint32_t bert_stream_seed(uint64_t seed, int64_t epoch, uint64_t stream) {
 // ---------------------------------------------------------------------------------------
 // BertShardSet
 
+namespace {
+
+// What tells a file that was probed from one that may have been replaced since: device, inode,
+// size and modification time in nanoseconds (all -1 when it cannot be read).
+std::array<int64_t, 4> file_identity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return {-1, -1, -1, -1};
+  return {static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+          static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+}  // namespace
+
 BertShardSet::BertShardSet(const std::string& path, int64_t vocab_size,
                            const std::string& name_pattern)
     : path_(path), vocab_size_(vocab_size) {
@@ -58,6 +73,7 @@ BertShardSet::BertShardSet(const std::string& path, int64_t vocab_size,
     files_.push_back(path);
   }
 
+  for (const std::string& file : files_) file_identity_.push_back(file_identity(file));
   probe_bert_hdf5_files(files_);  // one probe process for all (hdf5_probe.h)
   for (size_t f = 0; f < files_.size(); ++f) {
     const BertHdf5File file(files_[f], vocab_size, BertHdf5File::kDefaultCacheBytes,
@@ -74,6 +90,12 @@ BertShardSet::BertShardSet(const std::string& path, int64_t vocab_size,
     num_samples_ += file.size();
   }
   if (num_samples_ == 0) fail("{}: the {} file(s) hold no samples", path, files_.size());
+}
+
+BertHdf5File BertShardSet::open(int f) const {
+  const bool unchanged = file_identity(files_[f]) == file_identity_[f];
+  return BertHdf5File(files_[f], vocab_size_, BertHdf5File::kDefaultCacheBytes,
+                      unchanged ? Hdf5Probe::kAlreadyRun : Hdf5Probe::kRun);
 }
 
 std::pair<int, int64_t> BertShardSet::locate_in_name_order(int64_t i) const {

@@ -25,6 +25,7 @@
 //
 // Position. The next global micro-batch starts at (epoch, sample_in_epoch); a reader built at
 // a saved position continues exactly as the uninterrupted reader would, also mid-shard.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -52,7 +53,9 @@ class BertShardSet {
   int seq_len() const { return seq_len_; }
   int max_predictions() const { return max_predictions_; }
 
-  BertHdf5File open(int f) const { return BertHdf5File(files_[f], vocab_size_); }
+  // Shard f, opened. The set probed every shard when it was built (hdf5_probe.h); a shard whose
+  // device, inode, size and modification time are still those it had then is not probed again.
+  BertHdf5File open(int f) const;
   // Global sample i of name order (shard 0's rows, then shard 1's, ...), for `collage inspect`.
   std::pair<int, int64_t> locate_in_name_order(int64_t i) const;
 
@@ -61,6 +64,7 @@ class BertShardSet {
   int64_t vocab_size_;
   std::vector<std::string> files_;
   std::vector<int64_t> file_samples_;
+  std::vector<std::array<int64_t, 4>> file_identity_;  // (F) when probed: dev, ino, size, mtime
   int64_t num_samples_ = 0;
   int seq_len_ = 0;
   int max_predictions_ = 0;

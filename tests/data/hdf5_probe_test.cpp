@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -91,9 +92,19 @@ TEST(Hdf5Probe, OneProbeServesAShardSetAndNamesTheBadShard) {
   const BertShardSet shards(kFixtures + "/shards", BertHdf5File::kUnknownVocab);
   EXPECT_GT(shards.num_files(), 1);
   EXPECT_EQ(hdf5_probes_started() - before, 1);
-  // Opening one shard again (as a reader does) probes it again, alone.
+  // A reader opening a shard of the set: not probed again while the file is unchanged.
   (void)shards.open(0);
+  EXPECT_EQ(hdf5_probes_started() - before, 1);
+  // A shard replaced since (here: its modification time) is probed again, alone.
+  TempDir copy;
+  std::filesystem::copy_file(kFixtures + "/valid_int32.hdf5", copy.file("a.hdf5"));
+  const BertShardSet one(copy.file("a.hdf5"), BertHdf5File::kUnknownVocab);
   EXPECT_EQ(hdf5_probes_started() - before, 2);
+  std::filesystem::last_write_time(
+      copy.file("a.hdf5"),
+      std::filesystem::last_write_time(copy.file("a.hdf5")) - std::chrono::seconds(10));
+  (void)one.open(0);
+  EXPECT_EQ(hdf5_probes_started() - before, 3);
 
   // Shards a and c are sound, b crashes libhdf5: the error names b, and c is not needed.
   TempDir dir;
