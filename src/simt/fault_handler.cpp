@@ -24,7 +24,8 @@ void write_stderr(const char* text) {
   }
 }
 
-void on_segv(int signal, siginfo_t* info, void* context) {
+// Not installed under AddressSanitizer (install_fault_handler), whose own handler reports.
+[[maybe_unused]] void on_segv(int signal, siginfo_t* info, void* context) {
   char message[1024], where[512];
   const void* address = info->si_addr;
   const bool device = describe_device_address(address, message, sizeof message);
