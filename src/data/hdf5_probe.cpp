@@ -25,6 +25,16 @@
 
 extern char** environ;
 
+// AddressSanitizer's allocator maps its heap inside address space it reserved at start-up, so
+// an address-space limit does not bound it: a probe built with it gets an RSS limit instead.
+#if defined(__SANITIZE_ADDRESS__)
+#define COLLAGE_PROBE_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define COLLAGE_PROBE_UNDER_ASAN 1
+#endif
+#endif
+
 namespace collage {
 namespace {
 
@@ -170,6 +180,18 @@ pid_t spawn_probe(const PathList& list, int64_t extra_memory_bytes, int out, int
     if (std::strncmp(*e, kListVariable, std::strlen(kListVariable)) != 0) env.emplace_back(*e);
   env.push_back(fmt::format("{}={}", kListVariable, list.path));
   env.push_back(fmt::format("{}={}", kMemoryVariable, extra_memory_bytes));
+#if defined(COLLAGE_PROBE_UNDER_ASAN)
+  // Resident memory, checked by the sanitizer's background thread: the extra bytes plus 256 MiB
+  // for what the probe holds at start-up.
+  const std::string rss_limit =
+      fmt::format("hard_rss_limit_mb={}", (extra_memory_bytes >> 20) + 256);
+  auto asan = std::find_if(env.begin(), env.end(),
+                           [](const std::string& e) { return e.rfind("ASAN_OPTIONS=", 0) == 0; });
+  if (asan == env.end())
+    env.push_back("ASAN_OPTIONS=" + rss_limit);
+  else
+    *asan += ":" + rss_limit;
+#endif
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -19,8 +19,10 @@
 // One probe serves a whole shard set (BertShardSet opens every shard at startup).
 //
 // Limits: the probe's address space may grow 1 GiB past what it started with (a failed malloc
-// then makes libhdf5 report an error, or, under AddressSanitizer, ends the probe), and each file
-// gets 60 s (a named pipe, a hung file system, or libhdf5 looping).
+// then makes libhdf5 report an error), and each file gets 60 s (a named pipe, a hung file
+// system, or libhdf5 looping). Built with AddressSanitizer, whose heap lives in address space
+// reserved at start-up, the probe is held to 1 GiB + 256 MiB resident instead (the sanitizer
+// ends it at that).
 #include <cstdint>
 #include <string>
 #include <vector>
