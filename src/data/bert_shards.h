@@ -18,10 +18,11 @@
 // cross shards and epochs.
 //
 // Memory. The set opens every shard once at construction to read its shape (metadata only)
-// and closes it, after one probe process has opened them all (hdf5_probe.h). A reader keeps one shard open at a time and reads the row blocks its rows fall
-// in (bert_hdf5.h, "Reading rows"); as rows are shuffled within the shard, that is soon every
-// block, so a rank holds one shard decoded, N * (3S + 2P + 1) * 4 bytes, and decodes each
-// shard once per epoch (DLE's readers load whole files too).
+// and closes it, after one probe process has opened them all (hdf5_probe.h). A reader keeps one
+// shard open at a time and reads the row blocks its rows fall in (bert_hdf5.h, "Reading rows"); as
+// rows are shuffled within the shard, that is soon every block, so a rank holds one shard decoded,
+// N * (3S + 2P + 1) * 4 bytes, and decodes each shard once per epoch (DLE's readers load whole
+// files too).
 //
 // Position. The next global micro-batch starts at (epoch, sample_in_epoch); a reader built at
 // a saved position continues exactly as the uninterrupted reader would, also mid-shard.

@@ -4,7 +4,7 @@
 // libhdf5 parses a file's own structure (superblock, object headers, the root group's heap)
 // trusting the sizes it finds there. On a damaged file Debian's libhdf5 1.10.8 can crash,
 // allocate gigabytes or run for minutes inside H5Fopen, H5Lexists or H5Dopen2, before collage
-// has anything to check (tests/fuzz/upstream/README.md lists what fuzzing found). A crash there
+// has anything to check (tests/fuzz/README.md says what fuzzing found). A crash there
 // would take a rank, and with it a whole job, down without naming the file.
 //
 // So each file is first opened by a probe: this same executable started again (posix_spawn of

@@ -63,10 +63,6 @@ std::string error_of(F&& f) {
   return "";
 }
 
-#define EXPECT_HAS(text, part)                               \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) \
-      << "'" << (part) << "' not in: " << (text)
-
 // ---------------------------------------------------------------------------------------
 // One file
 

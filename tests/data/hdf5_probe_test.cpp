@@ -35,10 +35,6 @@ std::string error_opening(const std::string& path) {
   return "";
 }
 
-#define EXPECT_HAS(text, part)                               \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) \
-      << "'" << (part) << "' not in: " << (text)
-
 TEST(Hdf5Probe, ACrashInsideLibhdf5IsAnErrorNamingTheFile) {
   // libhdf5 copies into the null buffer a failed malloc of the root group's heap left it.
   const std::string path = kFound + "libhdf5-local-heap-of-impossible-size";

@@ -10,6 +10,11 @@
 #include <string>
 #include <vector>
 
+// EXPECT_HAS(message, "part"): `part` occurs in `message` (an error naming a file, a key, ...).
+#define EXPECT_HAS(text, part)                               \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
+      << "'" << (part) << "' not in: " << (text)
+
 namespace collage::testing {
 
 inline const nlohmann::json& reference() {
