@@ -6,8 +6,9 @@
 // So kernels use only what both provide: threadIdx/blockIdx/blockDim/gridDim, __syncthreads,
 // __syncwarp, __shfl_*_sync, __ballot_sync, integer and float atomics, static __shared__
 // arrays, dynamic shared memory through COLLAGE_DYNAMIC_SHARED, the math functions of
-// <cmath> plus rsqrtf/__expf/__fdividef, 128-bit loads through Packed128, and launch() below
-// instead of <<<>>>. No inline PTX, no cooperative groups, no __constant__.
+// <cmath> plus rsqrtf/__expf/__fdividef, 128-bit loads through Packed128, the tensor-core
+// instructions of kernels/mma.cuh (the only inline PTX), and launch() below instead of <<<>>>.
+// No other inline PTX, no cooperative groups, no __constant__.
 //
 // The two builds put their symbols in different inline namespaces (collage::cuda::device and
 // collage::cuda::emulated) so both can live in one executable; code inside either simply says
@@ -31,6 +32,14 @@
 #include "simt/simt.h"
 #define COLLAGE_DYNAMIC_SHARED(T, name) \
   T* name = reinterpret_cast<T*>(::simt::dynamic_shared_memory())
+#endif
+
+// COLLAGE_UNROLL before a loop of constant trip count: nvcc unrolls it, so that arrays indexed
+// by its counter (fragments, accumulators) stay in registers; g++ ignores it.
+#if defined(__CUDACC__)
+#define COLLAGE_UNROLL _Pragma("unroll")
+#else
+#define COLLAGE_UNROLL
 #endif
 
 namespace collage::cuda {

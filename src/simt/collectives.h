@@ -23,13 +23,30 @@ namespace simt {
 void* dynamic_shared_memory();
 
 namespace detail {
-enum class WarpOp : uint8_t { sync, shfl_idx, shfl_xor, shfl_down, shfl_up, vote };
+enum class WarpOp : uint8_t { sync, shfl_idx, shfl_xor, shfl_down, shfl_up, vote, exchange };
+// The completion of a warp exchange (warp_exchange below): gets the 32 lanes' data pointers.
+using WarpExchange = void (*)(void* const lanes[32]);
 // The rendezvous of the running lane (see above). For shuffles, `value` is this lane's
 // deposit and the result is the value read from the source lane (all-ones bits when that lane
 // is not in the mask: undefined on a GPU); for votes, `value` is the predicate and the result
 // the ballot of the mask's lanes.
-uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width,
+                         WarpExchange exchange = nullptr);
 void sync_threads();
+// A kernel bug that the emulator sees (e.g. a misaligned ldmatrix row): prints "simt: ...",
+// naming the kernel, block and thread, and aborts.
+[[noreturn]] void kernel_fault(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+// A rendezvous of the whole warp (mask 0xffffffff, every lane must exist and not have exited)
+// that runs `complete` ONCE, in the last lane to arrive, with each lane's `lane_data` pointer
+// (lanes[i] is lane i's), before any lane goes on. Each lane's data stays alive meanwhile (it
+// waits), so `complete` may read every lane's inputs and write every lane's outputs: the
+// warp-wide matrix instructions (warp_matrix.h) are built on it. All lanes must pass the same
+// `complete`.
+inline void warp_exchange(void* lane_data, WarpExchange complete) {
+  warp_collective(WarpOp::exchange, 0xffffffffu, reinterpret_cast<uintptr_t>(lane_data), 0, 32,
+                  complete);
+}
 
 template <typename T>
 inline T shuffle(WarpOp op, unsigned mask, T value, int arg, int width) {

@@ -93,6 +93,8 @@ const char* op_name(WarpOp op) {
       return "__shfl_up_sync";
     case WarpOp::vote:
       return "__ballot_sync/__any_sync/__all_sync";
+    case WarpOp::exchange:
+      return "a warp-wide matrix instruction (mma/ldmatrix)";
   }
   return "?";
 }
@@ -352,7 +354,7 @@ void Scheduler::sync_threads() {
 }
 
 uint64_t Scheduler::warp_collective(WarpOp op, unsigned mask, uint64_t value, int argument,
-                                    int width) {
+                                    int width, WarpExchange exchange) {
   Fiber& self = *current_;
   const unsigned lane = self.index & 31, warp_index = self.index >> 5;
   const uint32_t bit = 1u << lane;
@@ -360,6 +362,8 @@ uint64_t Scheduler::warp_collective(WarpOp op, unsigned mask, uint64_t value, in
     fault("%s with mask 0x%08x, which does not name the calling lane %u", op_name(op), mask, lane);
   if (is_shuffle(op) && (width < 1 || width > 32 || (width & (width - 1))))
     fault("%s with width %d (must be a power of two from 1 to 32)", op_name(op), width);
+  if (op == WarpOp::exchange && mask != 0xffffffffu)
+    fault("%s with mask 0x%08x (the whole warp must execute it)", op_name(op), mask);
   Warp& warp = warps_[warp_index];
   if (const uint32_t gone = mask & warp.exited) {
     const unsigned first = unsigned(__builtin_ctz(gone));
@@ -373,6 +377,7 @@ uint64_t Scheduler::warp_collective(WarpOp op, unsigned mask, uint64_t value, in
   self.argument = argument;
   self.width = width;
   self.value = value;
+  self.exchange = exchange;
   warp.waiting |= bit;
   if ((warp.waiting & mask) == mask) {
     bool complete = true;
@@ -382,7 +387,7 @@ uint64_t Scheduler::warp_collective(WarpOp op, unsigned mask, uint64_t value, in
         complete = false;  // that lane waits in another rendezvous; it may still come here
         break;
       }
-      if (other.op != op)
+      if (other.op != op || other.exchange != exchange)
         fault(
             "%s with mask 0x%08x meets lane %u in %s with the same mask (lanes of one "
             "rendezvous must call the same collective)",
@@ -402,6 +407,12 @@ uint64_t Scheduler::warp_collective(WarpOp op, unsigned mask, uint64_t value, in
 void Scheduler::complete_collective(unsigned warp_index, unsigned mask) {
   const std::unique_ptr<Fiber>* lanes = &fibers_[warp_index * 32];
   const WarpOp op = current_->op;
+  if (op == WarpOp::exchange) {  // the whole warp (checked on arrival): run the completion once
+    void* data[32];
+    for (unsigned lane = 0; lane < 32; lane++)
+      data[lane] = reinterpret_cast<void*>(lanes[lane]->value);
+    current_->exchange(data);
+  }
   uint64_t ballot = 0;
   if (op == WarpOp::vote)
     for (uint32_t m = mask; m; m &= m - 1) {
@@ -413,7 +424,7 @@ void Scheduler::complete_collective(unsigned warp_index, unsigned mask) {
     Fiber& fiber = *lanes[lane];
     if (op == WarpOp::vote) {
       fiber.result = ballot;
-    } else if (op == WarpOp::sync) {
+    } else if (op == WarpOp::sync || op == WarpOp::exchange) {
       fiber.result = 0;
     } else {
       const unsigned source = shuffle_source(op, lane, fiber.argument, fiber.width);
@@ -556,8 +567,18 @@ std::string describe_kernel(const KernelLaunch& launch) {
   return "kernel " + name + "(" + parameters + ")";
 }
 
-uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int argument, int width) {
-  return running_or_fault(op_name(op)).warp_collective(op, mask, value, argument, width);
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int argument, int width,
+                         WarpExchange exchange) {
+  return running_or_fault(op_name(op)).warp_collective(op, mask, value, argument, width, exchange);
+}
+
+void kernel_fault(const char* format, ...) {
+  char message[1024];
+  va_list arguments;
+  va_start(arguments, format);
+  std::vsnprintf(message, sizeof message, format, arguments);
+  va_end(arguments);
+  running_or_fault("simt::detail::kernel_fault").fault("%s", message);
 }
 
 void sync_threads() { running_or_fault("__syncthreads").sync_threads(); }

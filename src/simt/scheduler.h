@@ -30,6 +30,7 @@ struct Fiber {
   unsigned mask = 0;
   int argument = 0, width = 32;
   uint64_t value = 0, result = 0;
+  WarpExchange exchange = nullptr;  // WarpOp::exchange: the completion to run
 };
 
 struct Warp {
@@ -54,8 +55,12 @@ class Scheduler {
 
   // Kernel-side operations of the running fiber.
   void sync_threads();
-  uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int argument, int width);
+  uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int argument, int width,
+                           WarpExchange exchange);
   void* dynamic_shared_memory() const { return shared_; }
+
+  // Prints "simt: <kernel, block, thread>: <message>" and aborts (a kernel bug, as a GPU fault).
+  [[noreturn]] void fault(const char* format, ...) __attribute__((format(printf, 2, 3)));
 
   // For the SIGSEGV report (fault_handler.h).
   bool describe_stack_address(const void* address, char* message, size_t bytes) const;
@@ -74,7 +79,6 @@ class Scheduler {
   void release_barrier();
   void switch_to(Fiber& from, Fiber& to);
   void complete_collective(unsigned warp, unsigned mask);
-  [[noreturn]] void fault(const char* format, ...) __attribute__((format(printf, 2, 3)));
   [[noreturn]] void deadlock();
 
   std::vector<std::unique_ptr<Fiber>> fibers_;

@@ -57,6 +57,7 @@
 #include "simt/collectives.h"
 #include "simt/cuda_types.h"
 #include "simt/device_functions.h"
+#include "simt/warp_matrix.h"
 
 namespace simt {
 

@@ -1,0 +1,91 @@
+#pragma once
+// Tensor-core building blocks for the kernels: the fragments of mma.sync.aligned.m16n8k16 with
+// bf16 operands and fp32 accumulators, and ldmatrix to load them from shared memory. Under
+// nvcc each function is one PTX instruction (inline asm); under g++ it is the host emulator's
+// warp collective with the same fragment layout (src/simt/warp_matrix.h, which spells the
+// layouts out). This header is the only place kernels use inline PTX.
+//
+// Every lane of the warp must call these together (.sync.aligned), so a kernel never calls them
+// under a lane-dependent condition.
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common.cuh"
+
+namespace collage::cuda {
+COLLAGE_CUDA_VARIANT_BEGIN
+
+// A (16×16, row-major, bf16): 4 registers; B (16×8, k × n, bf16): 2; C/D (16×8, fp32): 4.
+struct FragmentA {
+  uint32_t r[4];
+};
+struct FragmentB {
+  uint32_t r[2];
+};
+struct FragmentC {
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+};
+
+// d += a·b, fp32 accumulation.
+__device__ __forceinline__ void mma(FragmentC& d, const FragmentA& a, const FragmentB& b) {
+#if defined(__CUDACC__)
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3])
+      : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+#else
+  ::simt::mma_m16n8k16_bf16(d.v, a.r, b.r, d.v);
+#endif
+}
+
+// ldmatrix .x4 / .x2 (optionally .trans) from shared memory: lane l passes the address of row
+// l % 8 of matrix l / 8 (16 contiguous, 16-byte aligned bytes); see src/simt/warp_matrix.h for
+// what each lane receives.
+template <int kCount, bool kTranspose>
+__device__ __forceinline__ void ldmatrix(uint32_t (&r)[kCount], const bf16_t* row) {
+  static_assert(kCount == 1 || kCount == 2 || kCount == 4, "ldmatrix loads 1, 2 or 4 matrices");
+#if defined(__CUDACC__)
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (kCount == 4 && kTranspose) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  } else if constexpr (kCount == 4) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  } else if constexpr (kCount == 2 && kTranspose) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(address));
+  } else if constexpr (kCount == 2) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(address));
+  } else if constexpr (kTranspose) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(address));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(address));
+  }
+#else
+  ::simt::ldmatrix(r, kCount, kTranspose, row);
+#endif
+}
+
+// Two fp32 values rounded to bf16 (nearest-even) in one register, `low` in the low half: the A
+// fragment of a product whose left factor was computed in fp32 (P or dS of attention).
+__device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
+  const bf16_t lo = to_bf16(low), hi = to_bf16(high);
+  uint16_t lo_bits, hi_bits;
+  memcpy(&lo_bits, &lo, 2);
+  memcpy(&hi_bits, &hi, 2);
+  return uint32_t(lo_bits) | (uint32_t(hi_bits) << 16);
+}
+
+COLLAGE_CUDA_VARIANT_END
+}  // namespace collage::cuda
