@@ -1,8 +1,8 @@
 // Scaled dot-product attention per (batch, head), causal and/or with a key padding mask
-// (src/backend/backend.h; the cpu version is src/backend/cpu/attention.cpp). Fused flash-style
-// kernels in plain SIMT CUDA (no tensor cores: the host emulator has no wmma or PTX), and
-// nothing of size T×T in memory: the forward saves each query's log-sum-exp, the backward
-// recomputes the probabilities from it.
+// (src/backend/backend.h; the cpu version is src/backend/cpu/attention.cpp). Head sizes 64 and
+// 128 run on tensor cores (kernels/flash_attention.cu); every other size runs the fused
+// flash-style kernels in plain SIMT CUDA below, with nothing of size T×T in memory: the forward
+// saves each query's log-sum-exp, the backward recomputes the probabilities from it.
 //
 // Notation: S_ij = scale·q_i·k_j with scale = 1/√HS, query i sees key j when j ≤ i (causal)
 // and key_mask[j] != 0; P_ij = exp(S_ij - lse_i) over the keys it sees, 0 elsewhere.
@@ -39,9 +39,12 @@
 // [h·HS, (h+1)·HS); out, dout (B, T, C); lse (B, NH, T); key_mask (B, T) or null.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "backend/cuda/runtime.h"
+#include "kernels/attention.cuh"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
 
@@ -52,7 +55,8 @@ namespace {
 constexpr int kTile = kWarpSize;     // keys (or queries) of a tile: one per lane
 constexpr int kMaxRowsPerBlock = 4;  // warps of a block: rows sharing each staged tile
 constexpr int kMaxHeadSize = 256;    // kDims ≤ 8 accumulators per lane
-constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+constexpr float kMinusInf = kAttentionMinusInf;
+using Dropout = AttentionDropout;
 
 // Row stride of a staged tile in bf16 elements: HS + 2 makes consecutive rows start in
 // different banks whenever HS/2 + 1 is odd (HS = 8, 24, 40, 64, 128, 256, ...).
@@ -86,22 +90,6 @@ __device__ inline float dot_row(const float* a, const bf16_t* b, int HS) {
   return sum;
 }
 
-__device__ inline bool key_visible(const int32_t* key_ok, int j) {
-  return key_ok == nullptr || key_ok[j] != 0;
-}
-
-// The dropout of one call: F_ij of (b, h, i, j) as above; 1 when p = 0.
-struct Dropout {
-  float p = 0.0f, keep_scale = 1.0f;
-  uint64_t seed = 0, offset = 0;
-  __device__ float factor(int b, int h, int i, int j, int T, int NH) const {
-    if (p == 0.0f) return 1.0f;
-    const uint64_t element =
-        offset + ((uint64_t(b) * NH + uint64_t(h)) * T + uint64_t(i)) * T + uint64_t(j);
-    return math::dropout_factor(math::dropout_uniform(seed, element), p, keep_scale);
-  }
-};
-
 // Per-block shared memory of each kernel (bytes), laid out as the kernels carve it.
 size_t forward_shared_bytes(int HS, int warps) {
   return 2 * size_t(kTile) * tile_stride(HS) * sizeof(bf16_t)  // k, v tiles
@@ -118,24 +106,6 @@ size_t backward_key_shared_bytes(int HS, int warps) {
          + 2 * size_t(kTile) * sizeof(float)                   // the tile's lse, D
          + 2 * size_t(warps) * HS * sizeof(float)              // k, v rows
          + 2 * size_t(warps) * kTile * sizeof(float);          // P, dS
-}
-
-// Where one (batch b, head h) lives: its q, k, v rows (T, HS) at row stride 3C in qkv (B, T, 3C)
-// and its rows of out/dout (T, HS) at row stride C; offset is q's offset in qkv (also dqkv's).
-struct HeadSlices {
-  int64_t C, row_stride, offset;
-  const bf16_t *q, *k, *v;
-};
-__device__ __forceinline__ HeadSlices head_slices(const bf16_t* qkv, int b, int h, int T, int NH,
-                                                  int HS) {
-  HeadSlices s;
-  s.C = int64_t(NH) * HS;
-  s.row_stride = 3 * s.C;
-  s.offset = int64_t(b) * T * s.row_stride + int64_t(h) * HS;
-  s.q = qkv + s.offset;
-  s.k = s.q + s.C;
-  s.v = s.q + 2 * s.C;
-  return s;
 }
 
 // out (B, T, C), lse (B, NH, T). Block (row block, h, b), warp w: query row
@@ -473,6 +443,16 @@ void backward_launch(CudaContext& cx, const Shape& s, bf16_t* dqkv, float* delta
                                                  NH, HS, scale, vectorized, dropout);
 }
 
+// Whether a call may go to the tensor-core kernels: yes unless COLLAGE_ATTENTION=simt, which
+// keeps every head size on the SIMT kernels below (to time or compare the two on one GPU).
+bool tensor_cores_enabled() {
+  static const bool simt_only = [] {
+    const char* engine = std::getenv("COLLAGE_ATTENTION");
+    return engine != nullptr && std::strcmp(engine, "simt") == 0;
+  }();
+  return !simt_only;
+}
+
 Dropout make_dropout(const char* op, float p, uint64_t seed, uint64_t offset) {
   COLLAGE_KERNEL_CHECK(p >= 0.0f && p < 1.0f, "%s: dropout probability p = %g must be in [0, 1)",
                        op, double(p));
@@ -498,6 +478,9 @@ void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const b
   check_shape(cx, "attention_forward", B, T, NH, HS);
   COLLAGE_KERNEL_CHECK(out && lse && qkv, "attention_forward: null tensor (B=%d T=%d NH=%d HS=%d)",
                        B, T, NH, HS);
+  if (tensor_cores_enabled() &&
+      flash_attention_serves(HS, qkv, out))  // tensor cores (flash_attention.cu)
+    return flash_attention_forward(cx, out, lse, qkv, key_mask, causal, B, T, NH, HS, dropout);
   const Shape s = launch_shape(B, T, NH, HS);
   const float scale = 1.0f / std::sqrt(float(HS));  // as the cpu
   switch (s.dims_per_lane) {
@@ -529,9 +512,12 @@ void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dou
   check_shape(cx, "attention_backward", B, T, NH, HS);
   COLLAGE_KERNEL_CHECK(dout && qkv && lse,
                        "attention_backward: null tensor (B=%d T=%d NH=%d HS=%d)", B, T, NH, HS);
+  float* delta = scratch<float>(cx, cx.scratch.attention_delta, size_t(B) * NH * T);  // (B, NH, T)
+  if (tensor_cores_enabled() && flash_attention_serves(HS, qkv, dout) && aligned16(dqkv))
+    return flash_attention_backward(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH, HS,
+                                    dropout);
   const Shape s = launch_shape(B, T, NH, HS);
   const float scale = 1.0f / std::sqrt(float(HS));
-  float* delta = scratch<float>(cx, cx.scratch.attention_delta, size_t(B) * NH * T);  // (B, NH, T)
   switch (s.dims_per_lane) {
     case 1:
       return backward_launch<1>(cx, s, dqkv, delta, dout, qkv, lse, key_mask, causal, T, NH, HS,

@@ -35,7 +35,9 @@ namespace {
 struct Case {
   int B, T, NH, HS;
 };
-const Case kCases[] = {{1, 1, 1, 8}, {2, 13, 3, 24}, {1, 70, 2, 64}, {2, 33, 1, 40}};
+// Head sizes 64 and 128 run on the tensor-core kernels (tests/cuda/flash_attention_test.cpp);
+// these are the SIMT kernels' sizes.
+const Case kCases[] = {{1, 1, 1, 8}, {2, 13, 3, 24}, {1, 70, 2, 96}, {2, 33, 1, 40}};
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 

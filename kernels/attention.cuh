@@ -1,0 +1,64 @@
+#pragma once
+// What the two attention kernel files share: kernels/attention.cu (the SIMT kernels, any head
+// size, and the exported entries) and kernels/flash_attention.cu (tensor cores, head sizes 64
+// and 128). The notation, the masks and the dropout numbering are attention.cu's header's.
+#include <cstdint>
+#include <limits>
+
+#include "kernels/common.cuh"
+
+namespace collage::cuda {
+COLLAGE_CUDA_VARIANT_BEGIN
+
+constexpr float kAttentionMinusInf = -std::numeric_limits<float>::infinity();
+
+__device__ __forceinline__ bool key_visible(const int32_t* key_ok, int j) {
+  return key_ok == nullptr || key_ok[j] != 0;
+}
+
+// The dropout of one call: F_ij of (b, h, i, j) is 1/(1 - p) or 0 from
+// math::dropout_uniform(seed, offset + ((b·NH + h)·T + i)·T + j); 1 when p = 0.
+struct AttentionDropout {
+  float p = 0.0f, keep_scale = 1.0f;
+  uint64_t seed = 0, offset = 0;
+  __device__ float factor(int b, int h, int i, int j, int T, int NH) const {
+    if (p == 0.0f) return 1.0f;
+    const uint64_t element =
+        offset + ((uint64_t(b) * NH + uint64_t(h)) * T + uint64_t(i)) * T + uint64_t(j);
+    return math::dropout_factor(math::dropout_uniform(seed, element), p, keep_scale);
+  }
+};
+
+// Where one (batch b, head h) lives: its q, k, v rows (T, HS) at row stride 3C in qkv (B, T, 3C)
+// and its rows of out/dout (T, HS) at row stride C; offset is q's offset in qkv (also dqkv's).
+struct HeadSlices {
+  int64_t C, row_stride, offset;
+  const bf16_t *q, *k, *v;
+};
+__device__ __forceinline__ HeadSlices head_slices(const bf16_t* qkv, int b, int h, int T, int NH,
+                                                  int HS) {
+  HeadSlices s;
+  s.C = int64_t(NH) * HS;
+  s.row_stride = 3 * s.C;
+  s.offset = int64_t(b) * T * s.row_stride + int64_t(h) * HS;
+  s.q = qkv + s.offset;
+  s.k = s.q + s.C;
+  s.v = s.q + 2 * s.C;
+  return s;
+}
+
+// ---- flash_attention.cu: the tensor-core kernels ----
+// Whether they serve this call: HS 64 or 128 and every tensor 16-byte aligned.
+bool flash_attention_serves(int HS, const void* qkv, const void* other);
+// As attention_forward_dropout / attention_backward_dropout (kernels.cuh); `delta` (B, NH, T)
+// is scratch for D_i.
+void flash_attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
+                             const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                             const AttentionDropout& dropout);
+void flash_attention_backward(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
+                              const bf16_t* qkv, const float* lse, const int32_t* key_mask,
+                              bool causal, int B, int T, int NH, int HS,
+                              const AttentionDropout& dropout);
+
+COLLAGE_CUDA_VARIANT_END
+}  // namespace collage::cuda

@@ -1,0 +1,518 @@
+// Attention on tensor cores, FlashAttention-2 style (Dao, 2023), for head sizes 64 and 128: the
+// op of kernels/attention.cu (whose header has the notation, the masks and the dropout), with
+// the six products S = q·kᵀ, Z·v, dP = dout·vᵀ, dS·k, Zᵀ·dout and dSᵀ·q on
+// mma.m16n8k16 (kernels/mma.cuh): bf16 operands, fp32 accumulation. attention.cu sends a call
+// here when flash_attention_serves() it; other head sizes stay on its SIMT kernels.
+//
+// Work split. Forward and dq: a block takes kRows = 64 queries of one (b, h), each of its 4
+// warps 16 of them; the block stages each 64-key tile of k and v in shared memory (bf16 rows
+// padded by 8 elements, so the 8 row addresses of an ldmatrix fall in different banks) and the
+// warps read their B fragments from it with ldmatrix. dk, dv: a block takes 64 keys, a warp 16,
+// and the block stages tiles of kQueryTile queries of q and dout with their lse and D.
+// Fragments (src/simt/warp_matrix.h): a lane holds rows g = lane/4 and g + 8 of its warp's 16,
+// columns 2t and 2t + 1 (t = lane % 4) of every 8-column block; softmax statistics of a row are
+// reduced over the 4 lanes t = 0..3 that hold it.
+//
+//  forward: online softmax over the key tiles (as attention.cu), lse saved.
+//  dq: pass 1 over the key tiles sums D_i = Σ_j P_ij·dP_ij from the recomputed probabilities
+//    (as the cpu; saved in `delta`), pass 2 recomputes P and dP and accumulates dS·k.
+//  dk, dv: per query tile, recompute Pᵀ and dPᵀ (from k·qᵀ and v·doutᵀ), then accumulate
+//    Zᵀ·dout and dSᵀ·q.
+// Deterministic: every sum has a fixed order, and no atomics.
+//
+// Numbers. The products' operands q, k, v, dout are bf16 already. The left factor of Z·v, dS·k,
+// Zᵀ·dout and dSᵀ·q is computed in fp32 and rounded to bf16 for the tensor cores (as
+// FlashAttention and cuDNN do): each term then carries a relative error ≤ 2^-8, so an output
+// or gradient element differs from the SIMT kernels' and the cpu's by at most 2^-8 of the sum
+// of its terms' magnitudes (tests/cuda/flash_attention_test.cpp checks exactly that bound).
+// The softmax denominator and D sum the fp32 values; exponentials are math::exp_approx, lse
+// uses logf, as attention.cu.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/attention.cuh"
+#include "kernels/mma.cuh"
+
+namespace collage::cuda {
+COLLAGE_CUDA_VARIANT_BEGIN
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kRows = kWarps * 16;  // queries (forward, dq) or keys (dk, dv) of a block
+constexpr int kKeyTile = 64;        // keys of a staged tile (forward, dq)
+
+template <int kHeadSize>
+constexpr int kStride = kHeadSize + 8;  // row stride of a staged tile, bf16 elements
+template <int kHeadSize>
+constexpr int kQueryTile = kHeadSize == 64 ? 64 : 32;  // dk, dv: fewer accumulators at 128
+
+// Rows [first, first + kTileRows) of a (T, HS) matrix at `head` (row stride `row_stride`) into
+// `tile` (kTileRows, kStride); rows past T become zeros (0·v must stay 0, not NaN).
+template <int kHeadSize, int kTileRows>
+__device__ __forceinline__ void stage(bf16_t* tile, const bf16_t* head, int64_t row_stride,
+                                      int first, int T) {
+  constexpr int kChunks = kHeadSize / 8;
+  for (int e = threadIdx.x; e < kTileRows * kChunks; e += kThreads) {
+    const int r = e / kChunks, c = e % kChunks;
+    Packed128<bf16_t> packed;
+    if (first + r < T) {
+      packed = load128(head + (first + r) * row_stride + c * 8);
+    } else {
+      COLLAGE_UNROLL
+      for (int u = 0; u < 8; u++) packed.values[u] = to_bf16(0.0f);
+    }
+    store128(tile + r * kStride<kHeadSize> + c * 8, packed);
+  }
+}
+
+// The A fragment of rows [row0, row0 + 16), columns [16·step, 16·step + 16) of a staged tile.
+template <int kHeadSize>
+__device__ __forceinline__ FragmentA load_a(const bf16_t* tile, int row0, int step) {
+  const int lane = threadIdx.x % kWarpSize;
+  FragmentA a;
+  ldmatrix<4, false>(a.r,
+                     tile + (row0 + lane % 16) * kStride<kHeadSize> + step * 16 + (lane / 16) * 8);
+  return a;
+}
+
+// B fragments of the n-blocks [n0, n0 + 8) and [n0 + 8, n0 + 16) at k-step `step`, from a tile
+// whose rows are n and columns k (k rows for q·kᵀ, q rows for k·qᵀ, ...).
+template <int kHeadSize>
+__device__ __forceinline__ void load_b_rows(FragmentB& first, FragmentB& second, const bf16_t* tile,
+                                            int n0, int step) {
+  const int lane = threadIdx.x % kWarpSize;
+  uint32_t r[4];
+  ldmatrix<4, false>(r, tile + (n0 + (lane / 16) * 8 + lane % 8) * kStride<kHeadSize> + step * 16 +
+                            ((lane / 8) % 2) * 8);
+  first.r[0] = r[0], first.r[1] = r[1], second.r[0] = r[2], second.r[1] = r[3];
+}
+
+// B fragments of the n-blocks [n0, n0 + 8) and [n0 + 8, n0 + 16) for the k rows
+// [k0, k0 + 16), from a tile whose rows are k and columns n (v rows for Z·v, ...).
+template <int kHeadSize>
+__device__ __forceinline__ void load_b_columns(FragmentB& first, FragmentB& second,
+                                               const bf16_t* tile, int k0, int n0) {
+  const int lane = threadIdx.x % kWarpSize;
+  uint32_t r[4];
+  ldmatrix<4, true>(
+      r, tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * kStride<kHeadSize> + n0 + (lane / 16) * 8);
+  first.r[0] = r[0], first.r[1] = r[1], second.r[0] = r[2], second.r[1] = r[3];
+}
+
+// acc[nb] += a_rows · tileᵀ over the kN rows of `tile` (n) and kHeadSize columns (k), with
+// a_rows the warp's A fragments, one per k-step: S = q·kᵀ, dP = dout·vᵀ and their transposes.
+template <int kHeadSize, int kN>
+__device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kN / 8],
+                                                 const FragmentA (&a)[kHeadSize / 16],
+                                                 const bf16_t* tile) {
+  COLLAGE_UNROLL
+  for (int step = 0; step < kHeadSize / 16; step++) {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kN / 8; nb += 2) {
+      FragmentB first, second;
+      load_b_rows<kHeadSize>(first, second, tile, nb * 8, step);
+      mma(acc[nb], a[step], first);
+      mma(acc[nb + 1], a[step], second);
+    }
+  }
+}
+
+// acc[nd] += rn(left) · tile over kK rows of `tile` (k) and kHeadSize columns (n), `left` the
+// (16, kK) fp32 accumulators rounded to bf16 A fragments: Z·v, dS·k, Zᵀ·dout, dSᵀ·q.
+template <int kHeadSize, int kK>
+__device__ __forceinline__ void multiply_rounded(FragmentC (&acc)[kHeadSize / 8],
+                                                 const FragmentC (&left)[kK / 8],
+                                                 const bf16_t* tile) {
+  COLLAGE_UNROLL
+  for (int kk = 0; kk < kK / 16; kk++) {
+    FragmentA a;
+    a.r[0] = pack_bf16(left[2 * kk].v[0], left[2 * kk].v[1]);
+    a.r[1] = pack_bf16(left[2 * kk].v[2], left[2 * kk].v[3]);
+    a.r[2] = pack_bf16(left[2 * kk + 1].v[0], left[2 * kk + 1].v[1]);
+    a.r[3] = pack_bf16(left[2 * kk + 1].v[2], left[2 * kk + 1].v[3]);
+    COLLAGE_UNROLL
+    for (int nd = 0; nd < kHeadSize / 8; nd += 2) {
+      FragmentB first, second;
+      load_b_columns<kHeadSize>(first, second, tile, kk * 16, nd * 8);
+      mma(acc[nd], a, first);
+      mma(acc[nd + 1], a, second);
+    }
+  }
+}
+
+// The sum over the 4 lanes that hold one row (t = 0..3), in a fixed order.
+__device__ __forceinline__ float quad_sum(float value) {
+  value += __shfl_xor_sync(0xffffffffu, value, 1);
+  return value + __shfl_xor_sync(0xffffffffu, value, 2);
+}
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
+}
+
+// Column j of element e (0..3) of n-block nb, for the lane's t; its row is g + 8·(e / 2).
+__device__ __forceinline__ int fragment_column(int nb, int e) {
+  return nb * 8 + 2 * (threadIdx.x % 4) + (e % 2);
+}
+
+// dst (two bf16 at an even element) = rn(old + scale·value) for each of the pair.
+__device__ __forceinline__ void accumulate_pair(bf16_t* dst, float scale, float first,
+                                                float second) {
+  dst[0] = to_bf16(to_float(dst[0]) + scale * first);
+  dst[1] = to_bf16(to_float(dst[1]) + scale * second);
+}
+
+// The query (forward, dq) or key (dk, dv) block of blockIdx.x: causal blocks late in the
+// sequence have the most tiles, so those start first.
+__device__ __forceinline__ int block_index(bool causal) {
+  return causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+}
+
+// out (B, T, C), lse (B, NH, T). Block (query block, h, b).
+template <int kHeadSize>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv, const int32_t* key_mask,
+                         bool causal, int T, int NH, float scale, AttentionDropout dropout) {
+  constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8, kKeyBlocks = kKeyTile / 8;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int q0 = block_index(causal) * kRows;
+  const int rows[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
+  const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
+
+  COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
+  bf16_t* k_tile = shared;                                  // (kKeyTile, kStride)
+  bf16_t* v_tile = k_tile + kKeyTile * kStride<kHeadSize>;  // (kKeyTile, kStride)
+
+  // q, staged once through k_tile's space, kept as A fragments.
+  stage<kHeadSize, kRows>(k_tile, head.q, head.row_stride, q0, T);
+  __syncthreads();
+  FragmentA q[kSteps];
+  COLLAGE_UNROLL
+  for (int step = 0; step < kSteps; step++) q[step] = load_a<kHeadSize>(k_tile, warp * 16, step);
+
+  float running_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
+  float lane_sum[2] = {0.0f, 0.0f};  // this lane's share of Σ p, rescaled with the max
+  FragmentC o[kDimBlocks];
+  const int key_end = causal ? min(T, q0 + kRows) : T;  // keys any row of the block sees
+  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
+    __syncthreads();  // the previous tile (or q) is consumed
+    stage<kHeadSize, kKeyTile>(k_tile, head.k, head.row_stride, k0, T);
+    stage<kHeadSize, kKeyTile>(v_tile, head.v, head.row_stride, k0, T);
+    __syncthreads();
+    FragmentC s[kKeyBlocks];
+    multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
+    float tile_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kKeyBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, j = k0 + fragment_column(nb, e);
+        const bool visible = j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j);
+        s[nb].v[e] = visible ? s[nb].v[e] * scale : kAttentionMinusInf;
+        tile_max[r] = fmaxf(tile_max[r], s[nb].v[e]);
+      }
+    }
+    float new_max[2], correction[2];
+    COLLAGE_UNROLL
+    for (int r = 0; r < 2; r++) {
+      new_max[r] = fmaxf(running_max[r], quad_max(tile_max[r]));
+      correction[r] = running_max[r] == kAttentionMinusInf
+                          ? 0.0f
+                          : math::exp_approx(running_max[r] - new_max[r]);
+      running_max[r] = new_max[r];
+      lane_sum[r] *= correction[r];
+    }
+    // p = exp(S - m) (0 where hidden) into the sum; Z = p·F replaces S for Z·v.
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kKeyBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, j = k0 + fragment_column(nb, e);
+        const float score = s[nb].v[e];
+        const float p = score == kAttentionMinusInf ? 0.0f : math::exp_approx(score - new_max[r]);
+        lane_sum[r] += p;
+        s[nb].v[e] = p == 0.0f ? 0.0f : p * dropout.factor(b, h, rows[r], j, T, NH);
+      }
+    }
+    COLLAGE_UNROLL
+    for (int nd = 0; nd < kDimBlocks; nd++) {
+      o[nd].v[0] *= correction[0], o[nd].v[1] *= correction[0];
+      o[nd].v[2] *= correction[1], o[nd].v[3] *= correction[1];
+    }
+    multiply_rounded<kHeadSize, kKeyTile>(o, s, v_tile);
+  }
+
+  const int64_t C = head.C;
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) {
+    const float total = quad_sum(lane_sum[r]);
+    const int i = rows[r];
+    if (i >= T) continue;
+    const bool sees_any = running_max[r] != kAttentionMinusInf;
+    bf16_t* o_row = out + (int64_t(b) * T + i) * C + int64_t(h) * kHeadSize;
+    COLLAGE_UNROLL
+    for (int nd = 0; nd < kDimBlocks; nd++) {
+      const int d = fragment_column(nd, 0);
+      o_row[d] = to_bf16(sees_any ? o[nd].v[2 * r] / total : 0.0f);
+      o_row[d + 1] = to_bf16(sees_any ? o[nd].v[2 * r + 1] / total : 0.0f);
+    }
+    if (lane % 4 == 0)
+      lse[(int64_t(b) * NH + h) * T + i] =
+          sees_any ? running_max[r] + logf(total) : kAttentionMinusInf;
+  }
+}
+
+// P and dP = F·(dout·vᵀ) of the staged key tile at k0 for the warp's 16 queries: s holds the
+// warp's q·kᵀ and dp its dout·vᵀ on entry, P and dP on return (0 where query i does not see j).
+template <int kKeyBlocks>
+__device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
+                                              FragmentC (&dp)[kKeyBlocks], const int (&rows)[2],
+                                              const float (&row_lse)[2], int k0, int b, int h,
+                                              const int32_t* key_ok, bool causal, int T, int NH,
+                                              float scale, const AttentionDropout& dropout) {
+  COLLAGE_UNROLL
+  for (int nb = 0; nb < kKeyBlocks; nb++) {
+    COLLAGE_UNROLL
+    for (int e = 0; e < 4; e++) {
+      const int r = e / 2, i = rows[r], j = k0 + fragment_column(nb, e);
+      // A query that saw no key (lse = -inf) sees none here either.
+      const bool visible = row_lse[r] != kAttentionMinusInf && j < T && (!causal || j <= i) &&
+                           key_visible(key_ok, j);
+      s[nb].v[e] = visible ? math::exp_approx(s[nb].v[e] * scale - row_lse[r]) : 0.0f;
+      dp[nb].v[e] = visible ? dp[nb].v[e] * dropout.factor(b, h, i, j, T, NH) : 0.0f;
+    }
+  }
+}
+
+// dq part of dqkv (B, T, 3C) += scale·dS·k; delta (B, NH, T) = D. Block (query block, h, b).
+template <int kHeadSize>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout, const bf16_t* qkv,
+                                const float* lse, const int32_t* key_mask, bool causal, int T,
+                                int NH, float scale, AttentionDropout dropout) {
+  constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8, kKeyBlocks = kKeyTile / 8;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int q0 = block_index(causal) * kRows;
+  const int rows[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
+  const int64_t C = head.C;
+  const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
+  const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
+  const float* lse_head = lse + (int64_t(b) * NH + h) * T;
+
+  COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
+  bf16_t* k_tile = shared;                                  // (kKeyTile, kStride)
+  bf16_t* v_tile = k_tile + kKeyTile * kStride<kHeadSize>;  // (kKeyTile, kStride)
+
+  stage<kHeadSize, kRows>(k_tile, head.q, head.row_stride, q0, T);
+  stage<kHeadSize, kRows>(v_tile, dout_head, C, q0, T);
+  __syncthreads();
+  FragmentA q[kSteps], dy[kSteps];
+  COLLAGE_UNROLL
+  for (int step = 0; step < kSteps; step++) {
+    q[step] = load_a<kHeadSize>(k_tile, warp * 16, step);
+    dy[step] = load_a<kHeadSize>(v_tile, warp * 16, step);
+  }
+  float row_lse[2];
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) row_lse[r] = rows[r] < T ? lse_head[rows[r]] : kAttentionMinusInf;
+  const int key_end = causal ? min(T, q0 + kRows) : T;
+
+  // Pass 1: D_i = Σ_j P_ij·dP_ij.
+  float lane_delta[2] = {0.0f, 0.0f};
+  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
+    __syncthreads();
+    stage<kHeadSize, kKeyTile>(k_tile, head.k, head.row_stride, k0, T);
+    stage<kHeadSize, kKeyTile>(v_tile, head.v, head.row_stride, k0, T);
+    __syncthreads();
+    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
+    multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
+    multiply_by_rows<kHeadSize, kKeyTile>(dp, dy, v_tile);
+    probabilities(s, dp, rows, row_lse, k0, b, h, key_ok, causal, T, NH, scale, dropout);
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kKeyBlocks; nb++) COLLAGE_UNROLL
+    for (int e = 0; e < 4; e++) lane_delta[e / 2] += s[nb].v[e] * dp[nb].v[e];
+  }
+  float row_delta[2];
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) {
+    row_delta[r] = quad_sum(lane_delta[r]);
+    if (lane % 4 == 0 && rows[r] < T) delta[(int64_t(b) * NH + h) * T + rows[r]] = row_delta[r];
+  }
+
+  // Pass 2: dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j.
+  FragmentC dq[kDimBlocks];
+  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
+    __syncthreads();
+    stage<kHeadSize, kKeyTile>(k_tile, head.k, head.row_stride, k0, T);
+    stage<kHeadSize, kKeyTile>(v_tile, head.v, head.row_stride, k0, T);
+    __syncthreads();
+    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
+    multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
+    multiply_by_rows<kHeadSize, kKeyTile>(dp, dy, v_tile);
+    probabilities(s, dp, rows, row_lse, k0, b, h, key_ok, causal, T, NH, scale, dropout);
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kKeyBlocks; nb++)  // dS = P (dP - D), into dp
+      COLLAGE_UNROLL
+    for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] * (dp[nb].v[e] - row_delta[e / 2]);
+    multiply_rounded<kHeadSize, kKeyTile>(dq, dp, k_tile);
+  }
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) {
+    if (rows[r] >= T) continue;
+    bf16_t* dq_row = dqkv + head.offset + rows[r] * head.row_stride;
+    COLLAGE_UNROLL
+    for (int nd = 0; nd < kDimBlocks; nd++)
+      accumulate_pair(dq_row + fragment_column(nd, 0), scale, dq[nd].v[2 * r], dq[nd].v[2 * r + 1]);
+  }
+}
+
+// dk, dv parts of dqkv (B, T, 3C) += scale·dSᵀ·q, Zᵀ·dout. Block (key block, h, b).
+template <int kHeadSize>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
+                              const float* delta, const int32_t* key_mask, bool causal, int T,
+                              int NH, float scale, AttentionDropout dropout) {
+  constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8;
+  constexpr int kTile = kQueryTile<kHeadSize>, kQueryBlocks = kTile / 8;
+  static_assert(2 * kTile >= kRows, "k and v are staged through the q and dout tiles");
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int key0 = block_index(causal) * kRows;
+  const int keys[2] = {key0 + warp * 16 + lane / 4, key0 + warp * 16 + lane / 4 + 8};
+  const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
+  const int64_t C = head.C;
+  const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
+  const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
+  const float* lse_head = lse + (int64_t(b) * NH + h) * T;
+  const float* delta_head = delta + (int64_t(b) * NH + h) * T;
+
+  COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
+  bf16_t* q_tile = shared;                                // (kTile, kStride)
+  bf16_t* dy_tile = q_tile + kTile * kStride<kHeadSize>;  // (kTile, kStride)
+  float* tile_lse = reinterpret_cast<float*>(dy_tile + kTile * kStride<kHeadSize>);  // (kTile)
+  float* tile_delta = tile_lse + kTile;                                              // (kTile)
+
+  // The block's k and v rows as A fragments, staged one after the other through the tiles.
+  FragmentA k[kSteps], v[kSteps];
+  stage<kHeadSize, kRows>(q_tile, head.k, head.row_stride, key0, T);
+  __syncthreads();
+  COLLAGE_UNROLL
+  for (int step = 0; step < kSteps; step++) k[step] = load_a<kHeadSize>(q_tile, warp * 16, step);
+  __syncthreads();
+  stage<kHeadSize, kRows>(q_tile, head.v, head.row_stride, key0, T);
+  __syncthreads();
+  COLLAGE_UNROLL
+  for (int step = 0; step < kSteps; step++) v[step] = load_a<kHeadSize>(q_tile, warp * 16, step);
+  // A hidden key is seen by no query: its gradients get nothing added.
+  bool key_seen[2];
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) key_seen[r] = keys[r] < T && key_visible(key_ok, keys[r]);
+
+  FragmentC dk[kDimBlocks], dv[kDimBlocks];
+  const int first_query = causal ? key0 : 0;  // queries before the block's first key see none
+  for (int i0 = first_query; i0 < T; i0 += kTile) {
+    __syncthreads();  // the previous tile (or k, v) is consumed
+    stage<kHeadSize, kTile>(q_tile, head.q, head.row_stride, i0, T);
+    stage<kHeadSize, kTile>(dy_tile, dout_head, C, i0, T);
+    for (int e = threadIdx.x; e < kTile; e += kThreads) {
+      tile_lse[e] = i0 + e < T ? lse_head[i0 + e] : kAttentionMinusInf;
+      tile_delta[e] = i0 + e < T ? delta_head[i0 + e] : 0.0f;
+    }
+    __syncthreads();
+    FragmentC s[kQueryBlocks], dp[kQueryBlocks];  // k·qᵀ and v·doutᵀ: (16 keys, kTile queries)
+    multiply_by_rows<kHeadSize, kTile>(s, k, q_tile);
+    multiply_by_rows<kHeadSize, kTile>(dp, v, dy_tile);
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kQueryBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, j = keys[r], ii = fragment_column(nb, e), i = i0 + ii;
+        const bool visible =
+            key_seen[r] && i < T && (!causal || j <= i) && tile_lse[ii] != kAttentionMinusInf;
+        const float p = visible ? math::exp_approx(s[nb].v[e] * scale - tile_lse[ii]) : 0.0f;
+        const float factor = visible ? dropout.factor(b, h, i, j, T, NH) : 1.0f;
+        const float dprob = dp[nb].v[e] * factor;                       // dP = F·dZ
+        s[nb].v[e] = p * factor;                                        // Z, for dv
+        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dprob - tile_delta[ii]);  // dS, for dk
+      }
+    }
+    multiply_rounded<kHeadSize, kTile>(dv, s, dy_tile);
+    multiply_rounded<kHeadSize, kTile>(dk, dp, q_tile);
+  }
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) {
+    if (keys[r] >= T) continue;
+    bf16_t* dk_row = dqkv + head.offset + C + keys[r] * head.row_stride;
+    bf16_t* dv_row = dk_row + C;
+    COLLAGE_UNROLL
+    for (int nd = 0; nd < kDimBlocks; nd++) {
+      const int d = fragment_column(nd, 0);
+      accumulate_pair(dk_row + d, scale, dk[nd].v[2 * r], dk[nd].v[2 * r + 1]);
+      accumulate_pair(dv_row + d, 1.0f, dv[nd].v[2 * r], dv[nd].v[2 * r + 1]);
+    }
+  }
+}
+
+size_t forward_shared_bytes(int HS) { return 2 * size_t(kKeyTile) * (HS + 8) * sizeof(bf16_t); }
+size_t backward_key_shared_bytes(int HS) {
+  const int tile = HS == 64 ? kQueryTile<64> : kQueryTile<128>;
+  return 2 * size_t(tile) * (HS + 8) * sizeof(bf16_t) + 2 * size_t(tile) * sizeof(float);
+}
+
+dim3 grid_of(int B, int T, int NH) {
+  return dim3(unsigned(ceil_div(T, kRows)), unsigned(NH), unsigned(B));
+}
+
+template <int kHeadSize>
+void forward_launch(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
+                    const int32_t* key_mask, bool causal, int B, int T, int NH,
+                    const AttentionDropout& dropout) {
+  const float scale = 1.0f / std::sqrt(float(kHeadSize));  // as the cpu
+  launch(cx, "attention_forward", flash_forward_kernel<kHeadSize>, grid_of(B, T, NH),
+         dim3(kThreads),
+         forward_shared_bytes(kHeadSize))(out, lse, qkv, key_mask, causal, T, NH, scale, dropout);
+}
+
+template <int kHeadSize>
+void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
+                     const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
+                     int B, int T, int NH, const AttentionDropout& dropout) {
+  const float scale = 1.0f / std::sqrt(float(kHeadSize));
+  launch(cx, "attention_backward (dq)", flash_backward_query_kernel<kHeadSize>, grid_of(B, T, NH),
+         dim3(kThreads), forward_shared_bytes(kHeadSize))(dqkv, delta, dout, qkv, lse, key_mask,
+                                                          causal, T, NH, scale, dropout);
+  launch(cx, "attention_backward (dk, dv)", flash_backward_key_kernel<kHeadSize>, grid_of(B, T, NH),
+         dim3(kThreads), backward_key_shared_bytes(kHeadSize))(
+      dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout);
+}
+
+}  // namespace
+
+bool flash_attention_serves(int HS, const void* qkv, const void* other) {
+  return (HS == 64 || HS == 128) && aligned16(qkv, other);
+}
+
+void flash_attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
+                             const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                             const AttentionDropout& dropout) {
+  if (HS == 64) return forward_launch<64>(cx, out, lse, qkv, key_mask, causal, B, T, NH, dropout);
+  return forward_launch<128>(cx, out, lse, qkv, key_mask, causal, B, T, NH, dropout);
+}
+
+void flash_attention_backward(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
+                              const bf16_t* qkv, const float* lse, const int32_t* key_mask,
+                              bool causal, int B, int T, int NH, int HS,
+                              const AttentionDropout& dropout) {
+  if (HS == 64)
+    return backward_launch<64>(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH,
+                               dropout);
+  return backward_launch<128>(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH, dropout);
+}
+
+COLLAGE_CUDA_VARIANT_END
+}  // namespace collage::cuda

@@ -1,0 +1,246 @@
+// The tensor-core attention kernels (kernels/flash_attention.cu: head sizes 64 and 128) through
+// the cuda backend against the cpu backend, forward and backward, causal or not, with and
+// without a key mask (a batch row whose keys are all hidden, key 0 of row 0 hidden so causal
+// query 0 sees nothing), with and without dropout, on sequences shorter than one 64-row tile,
+// of exactly one, and of several with a partial last tile.
+//
+// Tolerances, derived. The kernels differ from the cpu in two ways:
+//  1. Summation order, as the SIMT kernels (tests/cuda/attention_test.cpp derives these): lse
+//     within 1e-5 absolute; an output or gradient's fp32 value within ~1e-5 of the sum of its
+//     terms' magnitudes, and for gradients 1e-5·G (G the largest gradient of its part, q, k or
+//     v) for the error that P, dP and D bring in.
+//  2. The computed left factor of Z·v, dS·k, Zᵀ·dout and dSᵀ·q is rounded to bf16 before the
+//     tensor cores multiply: |rn(x) - x| ≤ 2^-8·|x| (bf16 keeps 8 significant bits), so an element
+//     moves by at most
+//     2^-8·Σ|term| over its terms: Σ_j Z_ij·|v_jd| for out, scale·Σ_j |dS_ij·k_jd| for dq,
+//     scale·Σ_i |dS_ij·q_id| for dk, Σ_i Z_ij·|dout_id| for dv.
+// Each Σ|term| is computed here in float64 from the inputs (with the backends' own dropout
+// numbers). Both results are rounded to bf16 at the end, so |got - want| ≤
+// (2^-8 + 1e-5)·Σ|term| [+ 1e-5·G] + 2^-7·max(|got|, |want|). The bound is a worst case (all
+// rounding errors of one sign); the report prints how much of it the largest error used.
+// What must be exact: a query that sees no key has out 0, lse -inf and an unchanged dq row; a
+// hidden key has unchanged dk, dv rows.
+#include <cstdio>
+#include <limits>
+
+#include "backend/elementwise_math.h"
+#include "cuda_test_util.h"
+
+namespace collage::test {
+namespace {
+
+struct Case {
+  int B, T, NH, HS;
+};
+const Case kCases[] = {{2, 37, 2, 64}, {1, 64, 1, 128}, {1, 130, 1, 64}, {1, 70, 2, 128}};
+
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+std::vector<int32_t> make_mask(Rng& rng, const Case& c) {
+  std::vector<int32_t> mask(size_t(c.B) * c.T);
+  for (int b = 0; b < c.B; b++) {
+    for (int t = 0; t < c.T; t++) {
+      const bool hidden = (b == 0 && t == 0) || b == 1 || rng.integer(0, 3) == 0;
+      mask[size_t(b) * c.T + t] = hidden ? 0 : 1;
+    }
+  }
+  return mask;
+}
+
+// Σ|term| of every output and gradient element (float64), laid out as out (B, T, C) and
+// dqkv (B, T, 3C).
+struct TermSums {
+  std::vector<double> out, dqkv;
+};
+
+TermSums term_sums(const Case& c, const std::vector<bf16>& qkv_bits,
+                   const std::vector<bf16>& dout_bits, const std::vector<int32_t>& mask,
+                   bool causal, float p, uint64_t seed) {
+  const int C = c.NH * c.HS, T = c.T;
+  auto qkv = [&](int b, int t, int part, int h, int d) {
+    return double(bf16_to_float(qkv_bits[(size_t(b) * T + t) * 3 * C + part * C + h * c.HS + d]));
+  };
+  auto dout = [&](int b, int t, int h, int d) {
+    return double(bf16_to_float(dout_bits[(size_t(b) * T + t) * C + h * c.HS + d]));
+  };
+  const double scale = 1.0 / std::sqrt(double(c.HS));
+  const float keep_scale = math::dropout_keep_scale(p);
+  TermSums sums{std::vector<double>(size_t(c.B) * T * C),
+                std::vector<double>(size_t(c.B) * T * 3 * C)};
+  std::vector<double> P(size_t(T) * T), F(size_t(T) * T), dS(size_t(T) * T);
+  for (int b = 0; b < c.B; b++) {
+    for (int h = 0; h < c.NH; h++) {
+      for (int i = 0; i < T; i++) {
+        double max = -INFINITY;
+        std::vector<double> s(T, -INFINITY);
+        for (int j = 0; j < T; j++) {
+          if ((causal && j > i) || (!mask.empty() && mask[size_t(b) * T + j] == 0)) continue;
+          double dot = 0;
+          for (int d = 0; d < c.HS; d++) dot += qkv(b, i, 0, h, d) * qkv(b, j, 1, h, d);
+          s[j] = dot * scale;
+          max = std::max(max, s[j]);
+        }
+        double total = 0;
+        for (int j = 0; j < T; j++) total += s[j] == -INFINITY ? 0.0 : std::exp(s[j] - max);
+        double D = 0;
+        for (int j = 0; j < T; j++) {
+          const size_t ij = size_t(i) * T + j;
+          P[ij] = s[j] == -INFINITY ? 0.0 : std::exp(s[j] - max) / total;
+          const uint64_t element = ((uint64_t(b) * c.NH + h) * T + i) * T + j;
+          F[ij] = p == 0
+                      ? 1.0
+                      : math::dropout_factor(math::dropout_uniform(seed, element), p, keep_scale);
+          double dz = 0;
+          for (int d = 0; d < c.HS; d++) dz += dout(b, i, h, d) * qkv(b, j, 2, h, d);
+          dS[ij] = F[ij] * dz;  // dP for now
+          D += P[ij] * dS[ij];
+        }
+        for (int j = 0; j < T; j++)
+          dS[size_t(i) * T + j] = P[size_t(i) * T + j] * (dS[size_t(i) * T + j] - D);
+      }
+      for (int i = 0; i < T; i++) {
+        for (int d = 0; d < c.HS; d++) {
+          double out = 0, dq = 0, dk = 0, dv = 0;
+          for (int j = 0; j < T; j++) {
+            const size_t ij = size_t(i) * T + j, ji = size_t(j) * T + i;
+            out += P[ij] * F[ij] * std::fabs(qkv(b, j, 2, h, d));
+            dq += scale * std::fabs(dS[ij] * qkv(b, j, 1, h, d));
+            dk += scale * std::fabs(dS[ji] * qkv(b, j, 0, h, d));  // key i, over queries j
+            dv += P[ji] * F[ji] * std::fabs(dout(b, j, h, d));
+          }
+          const size_t row = size_t(b) * T + i;
+          sums.out[row * C + h * c.HS + d] = out;
+          sums.dqkv[row * 3 * C + h * c.HS + d] = dq;
+          sums.dqkv[row * 3 * C + C + h * c.HS + d] = dk;
+          sums.dqkv[row * 3 * C + 2 * C + h * c.HS + d] = dv;
+        }
+      }
+    }
+  }
+  return sums;
+}
+
+// |got - want| ≤ (2^-8 + 1e-5)·Σ|term| + floor + 2^-7·max(|got|, |want|) for elements
+// [begin, end) stepping by `stride` blocks of `width`; returns the largest fraction of the bound.
+double check_bound(const std::vector<bf16>& got, const std::vector<bf16>& want,
+                   const std::vector<double>& sums, double floor, const char* what,
+                   const std::vector<size_t>& indices) {
+  double worst = 0;
+  int misses = 0;
+  for (size_t i : indices) {
+    const double g = bf16_to_float(got[i]), w = bf16_to_float(want[i]);
+    const double bound = (std::ldexp(1.0, -8) + 1e-5) * sums[i] + floor +
+                         std::ldexp(std::max(std::fabs(g), std::fabs(w)), -7);
+    const double diff = std::fabs(g - w);
+    if (bound > 0) worst = std::max(worst, diff / bound);
+    if (!(diff <= bound) && ++misses <= 5)
+      ADD_FAILURE() << what << "[" << i << "]: " << g << ", cpu " << w << " (bound " << bound
+                    << ")";
+  }
+  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << indices.size() << " off";
+  return worst;
+}
+
+void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool masked, float p) {
+  SCOPED_TRACE(::testing::Message()
+               << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS
+               << " causal=" << causal << " masked=" << masked << " p=" << p);
+  const int C = c.NH * c.HS;
+  const size_t qkv_count = size_t(c.B) * c.T * 3 * C, out_count = size_t(c.B) * c.T * C;
+  const size_t lse_count = size_t(c.B) * c.NH * c.T;
+  const uint64_t seed = 0x5eed, offset = 0;
+  const auto qkv = random_values<bf16>(rng, qkv_count, 1.5);
+  const auto dout = random_values<bf16>(rng, out_count);
+  const auto dqkv0 = random_values<bf16>(rng, qkv_count, 0.05);
+  const auto mask = masked ? make_mask(rng, c) : std::vector<int32_t>{};
+
+  Mirrored<bf16> x(pair, qkv), out(pair, out_count), dy(pair, dout), dx(pair, dqkv0);
+  Mirrored<float> lse(pair, lse_count);
+  Mirrored<int32_t> key_mask(pair, masked ? mask : std::vector<int32_t>(1));
+  const int32_t* mask_cpu = masked ? key_mask.cpu() : nullptr;
+  const int32_t* mask_cuda = masked ? key_mask.emulated() : nullptr;
+  for (Backend* backend : {pair.cpu.get(), pair.emulated.get()}) {
+    const bool cpu = backend == pair.cpu.get();
+    backend->attention_forward_dropout(cpu ? out.cpu() : out.emulated(),
+                                       cpu ? lse.cpu() : lse.emulated(),
+                                       cpu ? x.cpu() : x.emulated(), cpu ? mask_cpu : mask_cuda,
+                                       causal, c.B, c.T, c.NH, c.HS, p, seed, offset);
+    backend->attention_backward_dropout(
+        cpu ? dx.cpu() : dx.emulated(), cpu ? dy.cpu() : dy.emulated(),
+        cpu ? out.cpu() : out.emulated(), cpu ? x.cpu() : x.emulated(),
+        cpu ? lse.cpu() : lse.emulated(), cpu ? mask_cpu : mask_cuda, causal, c.B, c.T, c.NH, c.HS,
+        p, seed, offset);
+  }
+  const auto got_out = out.from_emulated(), want_out = out.from_cpu();
+  const auto got_lse = lse.from_emulated(), want_lse = lse.from_cpu();
+  const auto got_dx = dx.from_emulated(), want_dx = dx.from_cpu();
+  const TermSums sums = term_sums(c, qkv, dout, mask, causal, p, seed);
+
+  double lse_worst = 0;
+  for (size_t i = 0; i < got_lse.size(); i++) {
+    if (std::isinf(want_lse[i])) {
+      EXPECT_EQ(got_lse[i], want_lse[i]) << "lse[" << i << "]";
+    } else {
+      EXPECT_NEAR(got_lse[i], want_lse[i], 1e-5) << "lse[" << i << "]";
+      lse_worst = std::max(lse_worst, std::fabs(double(got_lse[i]) - want_lse[i]));
+    }
+  }
+  std::vector<size_t> all_out(out_count);
+  for (size_t i = 0; i < out_count; i++) all_out[i] = i;
+  const double out_used = check_bound(got_out, want_out, sums.out, 0.0, "out", all_out);
+  double used[3];
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int part = 0; part < 3; part++) {
+    std::vector<size_t> indices;
+    double G = 0;
+    for (size_t row = 0; row < size_t(c.B) * c.T; row++) {
+      for (int e = 0; e < C; e++) {
+        const size_t i = row * 3 * C + size_t(part) * C + e;
+        indices.push_back(i);
+        G = std::max(G, std::fabs(double(bf16_to_float(want_dx[i])) - bf16_to_float(dqkv0[i])));
+      }
+    }
+    used[part] = check_bound(got_dx, want_dx, sums.dqkv, 1e-5 * G, names[part], indices);
+  }
+  std::printf(
+      "  B=%d T=%d NH=%d HS=%d causal=%d masked=%d p=%.2f: |dlse| %.1e; largest error as a "
+      "fraction of its bound: out %.2f, dq %.2f, dk %.2f, dv %.2f\n",
+      c.B, c.T, c.NH, c.HS, int(causal), int(masked), double(p), lse_worst, out_used, used[0],
+      used[1], used[2]);
+
+  for (int b = 0; b < c.B; b++) {  // queries that see no key; hidden keys
+    for (int i = 0; i < c.T; i++) {
+      const size_t row = size_t(b) * c.T + i;
+      bool sees_any = false;
+      for (int j = 0; j < (causal ? i + 1 : c.T); j++)
+        sees_any |= !masked || mask[size_t(b) * c.T + j] != 0;
+      for (int e = 0; !sees_any && e < C; e++) {
+        EXPECT_EQ(bf16_to_float(got_out[row * C + e]), 0.0f) << "out row " << row;
+        EXPECT_EQ(got_dx[row * 3 * C + e].bits, dqkv0[row * 3 * C + e].bits) << "dq row " << row;
+      }
+      for (int h = 0; !sees_any && h < c.NH; h++)
+        EXPECT_EQ(got_lse[(size_t(b) * c.NH + h) * c.T + i], kMinusInf);
+      for (int e = C; masked && mask[row] == 0 && e < 3 * C; e++)
+        EXPECT_EQ(got_dx[row * 3 * C + e].bits, dqkv0[row * 3 * C + e].bits)
+            << "hidden key row " << row;
+    }
+  }
+}
+
+TEST(CudaFlashAttention, ForwardAndBackwardMatchCpu) {
+  BackendPair pair;
+  Rng rng(11);
+  for (const Case& c : kCases)
+    for (const bool causal : {false, true})
+      for (const bool masked : {false, true}) run_case(pair, rng, c, causal, masked, 0.0f);
+}
+
+TEST(CudaFlashAttention, DropoutMatchesCpu) {
+  BackendPair pair;
+  Rng rng(12);
+  for (const Case& c : {kCases[0], kCases[3]})
+    for (const bool causal : {false, true}) run_case(pair, rng, c, causal, causal, 0.25f);
+}
+
+}  // namespace
+}  // namespace collage::test
