@@ -1,11 +1,11 @@
-// The BERT and RoBERTa encoders on the cuda backend (its kernels under the host SIMT emulator)
-// against the cpu backend: the same weights and padded batch (the PyTorch fixtures of
-// scripts/reference/bert_reference.py), with dropout on, give the same losses and gradients.
-// Dropout draws identical masks on both (Philox by element index), so the only differences are
-// the kernels' summation orders. Measured on these fixtures: the MLM loss sum 8.5e-9 relative
-// (RoBERTa; BERT's equal), every gradient bit-identical. Limits: losses 1e-5 relative,
-// gradients 1e-3 of each tensor's norm (the attention kernels may differ from the cpu by a few
-// ulp on other shapes); a wrong mask, layout or op gives O(1) differences.
+// The BERT and RoBERTa encoders on the cuda backend (its kernels under the host SIMT emulator,
+// and on a real GPU where there is one) against the cpu backend: the same weights and padded batch
+// (the PyTorch fixtures of scripts/reference/bert_reference.py), with dropout on, give the same
+// losses and gradients. Dropout draws identical masks on both (Philox by element index), so the
+// only differences are the kernels' summation orders. Measured on these fixtures: the MLM loss
+// sum 8.5e-9 relative (RoBERTa; BERT's equal), every gradient bit-identical. Limits: losses 1e-5
+// relative, gradients 1e-3 of each tensor's norm (the attention kernels may differ from the cpu by
+// a few ulp on other shapes); a wrong mask, layout or op gives O(1) differences.
 #include "model/bert.h"
 
 #include <gtest/gtest.h>
@@ -74,10 +74,10 @@ EncoderRun run(Backend& backend, const std::string& arch, std::vector<ParameterI
 
 class CudaBert : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(CudaBert, EmulatedFollowsTheCpu) {
-  const std::string arch = GetParam();
+// The encoder's forward and backward on `cuda` against the cpu's.
+void expect_follows_the_cpu(const std::string& arch, Backend& cuda_backend) {
   auto cpu = make_cpu_backend(2);
-  auto cuda = make_cuda_emulated_backend();
+  Backend* cuda = &cuda_backend;
   std::vector<ParameterInfo> table;
   const EncoderRun want = run(*cpu, arch, &table), got = run(*cuda, arch, &table);
   ASSERT_EQ(got.loss.mlm_count, want.loss.mlm_count);
@@ -94,6 +94,16 @@ TEST_P(CudaBert, EmulatedFollowsTheCpu) {
     }
     EXPECT_LT(std::sqrt(diff / std::max(norm, 1e-30)), 1e-3) << p.name;
   }
+}
+
+TEST_P(CudaBert, EmulatedFollowsTheCpu) {
+  expect_follows_the_cpu(GetParam(), *make_cuda_emulated_backend());
+}
+
+// The same on a real GPU: skipped on machines without one.
+TEST_P(CudaBert, DeviceFollowsTheCpu) {
+  if (choose_backend("auto").name != "cuda") GTEST_SKIP() << "no usable GPU";
+  expect_follows_the_cpu(GetParam(), *make_cuda_backend(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Encoders, CudaBert, ::testing::Values("bert", "roberta"));

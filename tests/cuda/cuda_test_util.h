@@ -1,15 +1,22 @@
 #pragma once
-// Helpers for the cuda backend's tests: every op of the cuda backend, run by the host SIMT
-// emulator (cuda-emulated), against the same op of the cpu backend on the same inputs.
+// Helpers for the cuda backend's tests: every op of the cuda backend against the same op of the
+// cpu backend on the same inputs. The cuda backend under test is the host SIMT emulator
+// (cuda-emulated) or, where a GPU is usable, the real device (cuda_on_device() below).
 // Elementwise ops must agree bit for bit (they evaluate the same fp32 operations: see
 // src/backend/elementwise_math.h); reductions and GEMMs sum in a different order and agree
-// within the tolerances each test states.
+// within the tolerances each test states. The few ops that call a libm function (erff, tanhf,
+// logf) get glibc's bits under the emulator and CUDA's on a GPU: there a test states the
+// tolerance those functions' documented accuracy gives, and stays bit-exact under emulation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,10 +25,49 @@
 
 namespace collage::test {
 
-// The two backends a test compares.
+// Whether the kernel tests run the cuda backend on the GPU rather than under the emulator:
+// COLLAGE_TEST_CUDA=device forces the GPU (and fails where there is none), =emulated the
+// emulator; unset, the GPU when the cuda runtime finds a usable one (choose_backend("auto"),
+// as `parallel.backend: auto` decides). Decided once per process.
+inline bool cuda_on_device() {
+  static const bool device = [] {
+    const char* value = std::getenv("COLLAGE_TEST_CUDA");
+    const std::string mode = value ? value : "";
+    if (mode == "device") return true;
+    if (mode == "emulated") return false;
+    if (!mode.empty())
+      throw std::invalid_argument("COLLAGE_TEST_CUDA='" + mode +
+                                  "': expected 'device' or 'emulated' (or unset: the GPU "
+                                  "when there is one)");
+    return choose_backend("auto").name == "cuda";
+  }();
+  return device;
+}
+
+// The backend name failure messages give: "cuda" (the GPU) or "cuda-emulated".
+inline const char* cuda_name() { return cuda_on_device() ? "cuda" : "cuda-emulated"; }
+
+// The cuda backend under test; the first one made says which it is, once per process.
+inline std::unique_ptr<Backend> make_cuda_under_test() {
+  static bool announced = false;
+  std::unique_ptr<Backend> backend =
+      cuda_on_device() ? make_cuda_backend(0) : make_cuda_emulated_backend();
+  if (!announced) {
+    announced = true;
+    const char* mode = std::getenv("COLLAGE_TEST_CUDA");
+    std::printf("[ kernels  ] the cuda kernel tests run on %s (COLLAGE_TEST_CUDA %s)\n",
+                cuda_on_device() ? ("the GPU: " + cuda_device_name(0)).c_str()
+                                 : "cuda-emulated, the host emulator",
+                mode ? (std::string("= ") + mode).c_str() : "unset");
+  }
+  return backend;
+}
+
+// The two backends a test compares. `emulated` is the cuda backend under test, which is the
+// GPU's when cuda_on_device() (the member keeps its name so every test reads the same).
 struct BackendPair {
   std::unique_ptr<Backend> cpu = make_cpu_backend(kThreads);
-  std::unique_ptr<Backend> emulated = make_cuda_emulated_backend();
+  std::unique_ptr<Backend> emulated = make_cuda_under_test();
 };
 
 // One tensor in both backends, uploaded from the same host values (or zeroed).
@@ -51,15 +97,27 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want,
   for (size_t i = 0; i < got.size(); i++) {
     if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && ++misses <= 5) {
       if constexpr (std::is_same_v<T, bf16>) {
-        ADD_FAILURE() << what << "[" << i << "]: emulated " << bf16_to_float(got[i]) << " (0x"
-                      << std::hex << got[i].bits << "), cpu " << bf16_to_float(want[i]) << " (0x"
-                      << want[i].bits << std::dec << ")";
+        ADD_FAILURE() << what << "[" << i << "]: " << cuda_name() << " " << bf16_to_float(got[i])
+                      << " (0x" << std::hex << got[i].bits << "), cpu " << bf16_to_float(want[i])
+                      << " (0x" << want[i].bits << std::dec << ")";
       } else {
-        ADD_FAILURE() << what << "[" << i << "]: emulated " << got[i] << ", cpu " << want[i];
+        ADD_FAILURE() << what << "[" << i << "]: " << cuda_name() << " " << got[i] << ", cpu "
+                      << want[i];
       }
     }
   }
   EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " elements differ";
+}
+
+// The spacing of bf16 values at |x| (normal range; the subnormal spacing below).
+inline double bf16_spacing(double x) {
+  const double a = std::max(std::fabs(x), 0x1p-126);
+  return std::ldexp(1.0, std::ilogb(a) - 7);
+}
+// The spacing of fp32 values at |x| (ulp; the subnormal spacing below).
+inline double fp32_ulp(double x) {
+  const double a = std::max(std::fabs(x), 0x1p-126);
+  return std::ldexp(1.0, std::ilogb(a) - 23);
 }
 
 // Distance in bf16 units in the last place (for finite values of the same sign; 0 = equal).
@@ -81,7 +139,7 @@ inline void expect_within_ulps(const std::vector<bf16>& got, const std::vector<b
     const int64_t d = bf16_ulps(got[i], want[i]);
     if (d > worst) worst = d, worst_at = i;
   }
-  EXPECT_LE(worst, ulps) << what << "[" << worst_at << "]: emulated "
+  EXPECT_LE(worst, ulps) << what << "[" << worst_at << "]: " << cuda_name() << " "
                          << bf16_to_float(got[worst_at]) << ", cpu "
                          << bf16_to_float(want[worst_at]) << " (" << worst << " ulps apart)";
 }

@@ -57,13 +57,14 @@ void expect_bf16_close(bf16 got, bf16 want, double delta, Worst& worst, const st
   const double bound = ulp + delta;
   worst.bf16_ulps = std::max(worst.bf16_ulps, std::fabs(g - w) / ulp);
   worst.of_bound = std::max(worst.of_bound, std::fabs(g - w) / bound);
-  EXPECT_LE(std::fabs(g - w), bound) << what << ": emulated " << g << ", cpu " << w;
+  EXPECT_LE(std::fabs(g - w), bound) << what << ": " << cuda_name() << " " << g << ", cpu " << w;
 }
 
 void expect_close_counted(double got, double want, double bound, Worst& worst,
                           const std::string& what) {
   worst.of_bound = std::max(worst.of_bound, std::fabs(got - want) / bound);
-  EXPECT_LE(std::fabs(got - want), bound) << what << ": emulated " << got << ", cpu " << want;
+  EXPECT_LE(std::fabs(got - want), bound)
+      << what << ": " << cuda_name() << " " << got << ", cpu " << want;
 }
 
 std::string shape(const char* op, int64_t N, int C) {

@@ -130,7 +130,7 @@ void expect_edq_close(const EdqSums& got, const EdqSums& want, const std::string
   auto check = [&](double g, double w, const char* name) {
     const double diff = std::fabs(g - w);
     EXPECT_LE(diff, 1e-9 * std::fabs(w))
-        << what << " " << name << ": emulated " << g << ", cpu " << w;
+        << what << " " << name << ": " << cuda_name() << " " << g << ", cpu " << w;
     if (w != 0) worst_edq_relative = std::max(worst_edq_relative, diff / std::fabs(w));
   };
   check(got.dot, want.dot, "Σ Δ·u");
