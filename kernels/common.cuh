@@ -18,6 +18,7 @@
 #include <source_location>
 
 #include "backend/cuda/context.h"
+#include "backend/cuda/runtime.h"
 #include "backend/elementwise_math.h"
 #include "optim/bf16_math.h"
 
@@ -136,7 +137,8 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // launch(cx, "op", kernel, grid, block, shared_bytes)(args...): the one way kernels are
 // started, in place of kernel<<<grid, block, shared_bytes, stream>>>(args...). Counts the
-// launch in cx.launches, queues it on cx.stream and checks it: a bad launch configuration
+// launch in cx.launches (and, under `collage bench --profile`, times it by the op name's
+// family: runtime.h), queues it on cx.stream and checks it: a bad launch configuration
 // throws collage::Error naming the op, the call site and the shape, so the trainer's "name the
 // step, write no checkpoint" path runs (faults inside a kernel surface at the next
 // synchronisation, as on a GPU).
@@ -155,6 +157,7 @@ struct Launch {
   template <typename... Args>
   void operator()(Args... args) const {
     cx.launches++;
+    if (cx.profile) profile_launch_begin(cx, op);  // `collage bench --profile` only
 #if defined(__CUDACC__)
     kernel<<<grid, block, shared_bytes, cx.stream>>>(static_cast<Params>(args)...);
     const cudaError_t status = cudaGetLastError();
@@ -165,6 +168,7 @@ struct Launch {
                                            static_cast<Params>(args)...))
       throw_launch_error(op, error, grid, block, shared_bytes, where);
 #endif
+    if (cx.profile) profile_launch_end(cx);
   }
 };
 

@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "backend/op_family.h"
 #include "backend/optimizer_step.h"
 #include "core/bf16.h"
 
@@ -53,6 +55,12 @@ class BackendT {
     int64_t synchronizations = 0;
   };
   virtual Counters counters() const { return {}; }
+  // `collage bench --profile`: from start_profile on, time every kernel and GEMM by op family
+  // (op_family.h); stop_profile waits for the device and returns each family's time and
+  // launches since the start. A backend that queues nothing (cpu) cannot: start_profile
+  // returns false and stop_profile nothing. Off unless started: the step records nothing.
+  virtual bool start_profile() { return false; }
+  virtual std::vector<OpFamilyTime> stop_profile() { return {}; }
   // The cuda backend's cudaStream_t (NCCL queues its collectives there); null elsewhere.
   virtual void* stream_handle() const { return nullptr; }
 

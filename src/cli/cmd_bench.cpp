@@ -1,4 +1,5 @@
-// `collage bench CONFIG.yaml [--set key=value ...] [--steps N] [--warmup N] [--shapes BxT,...]`
+// `collage bench CONFIG.yaml [--set key=value ...] [--steps N] [--warmup N] [--shapes BxT,...]
+// [--profile]`
 #include <charconv>
 #include <iostream>
 
@@ -19,15 +20,17 @@ void add_bench_command(CLI::App& root) {
   auto options = std::make_shared<Options>();
   auto* cmd = root.add_subcommand(
       "bench",
-      "Time one training step of a config on synthetic tokens (no data needed): forward,\n"
-      "backward and optimizer ms, the optimizer's bytes moved and GB/s, tokens/s, model\n"
-      "GFLOP/s and MFU (the trainer's count, docs/ARCHITECTURE.md \"Model FLOPs and MFU\") on\n"
-      "the backend of parallel.backend (auto, cpu, cuda, cuda-emulated). On cpu: which GEMM\n"
-      "engine ran and why (parallel.cpu_gemm), beside the same step's matrix products run as\n"
-      "plain fp32 sgemm on the same threads; on cuda and cuda-emulated, with the kernel\n"
-      "launches and host waits per step. The step uses training.micro_batch_size sequences of\n"
-      "data.seq_len tokens, or each of --shapes (a column each). Example (GPT-2 124M, a small\n"
-      "step and a GEMM-dominated one):\n"
+      "Time one training step of a config on synthetic data (none needed: GPT random tokens;\n"
+      "BERT and RoBERTa a masked-LM batch of full rows, data.max_predictions labels each,\n"
+      "dropout on): forward, backward and optimizer ms, the optimizer's bytes moved and GB/s,\n"
+      "tokens/s, model GFLOP/s and MFU (the trainer's count, docs/ARCHITECTURE.md \"Model\n"
+      "FLOPs and MFU\") on the backend of parallel.backend (auto, cpu, cuda, cuda-emulated). On\n"
+      "cpu: which GEMM engine ran and why (parallel.cpu_gemm), beside the same step's matrix\n"
+      "products run as plain fp32 sgemm on the same threads; on cuda and cuda-emulated, with\n"
+      "the kernel launches and host waits per step, and with --profile the time and launches\n"
+      "of each op family. The step uses training.micro_batch_size sequences of data.seq_len\n"
+      "tokens, or each of --shapes (a column each). Example (GPT-2 124M, a small step and a\n"
+      "GEMM-dominated one):\n"
       "  collage bench configs/gpt/125m.yaml --set parallel.threads=2 --shapes 4x64,8x512");
   cmd->add_option("config", options->config_path, "YAML config file")
       ->required()
@@ -39,16 +42,18 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--warmup", options->bench.warmup_steps, "Untimed steps first")
       ->capture_default_str()
       ->check(at_least(0));
+  cmd->add_flag("--profile", options->bench.profile,
+                "Also time the steps by op family (attention forward and backward, GEMMs,\n"
+                "layernorm, GELU, cross-entropy, optimizer, other): ms, share and launches per\n"
+                "step, from CUDA events around every launch on cuda and from the emulator's\n"
+                "host time on cuda-emulated; the cpu backend has none to time (a note says so).\n"
+                "Off, the step records nothing extra.");
   cmd->add_option("--shapes", options->shapes,
                   "Micro-batch x sequence length of each step to time, e.g. 4x64,8x512 "
                   "(default: training.micro_batch_size x data.seq_len)")
       ->delimiter(',');
   cmd->callback([options] {
     Config config = load_config(options->config_path, options->overrides);
-    COLLAGE_CHECK(config.model.arch == "gpt",
-                  "{}: collage bench times the GPT's step against sgemm; model.arch {} has no "
-                  "benchmark yet (collage train logs tokens/s and ms/step of every step)",
-                  options->config_path, config.model.arch);
     std::vector<BenchResult> results;
     if (options->shapes.empty()) results.push_back(run_bench(config, options->bench));
     for (const std::string& shape : options->shapes) {
@@ -72,6 +77,12 @@ void add_bench_command(CLI::App& root) {
       results.push_back(run_bench(shaped, options->bench));
     }
     std::cout << format_bench(config, results);
+    if (options->bench.profile) {
+      for (const BenchResult& r : results) {
+        std::cout << format_profile(r);
+        if (r.backend == "cpu") break;  // its note once
+      }
+    }
   });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/op_family.h"
 #include "config/config.h"
 
 namespace collage {
@@ -13,6 +14,9 @@ namespace collage {
 struct BenchOptions {
   int warmup_steps = 1;
   int steps = 3;
+  // The timed steps' GPU time and launches by op family (Backend::start_profile): CUDA events
+  // on cuda, the emulator's host time on cuda-emulated; the cpu backend has no kernels to time.
+  bool profile = false;
 };
 
 struct BenchResult {
@@ -31,10 +35,15 @@ struct BenchResult {
   std::string peak_source;     // what the peak is
   double sgemm_ms = 0;         // the step's GEMMs as plain fp32 sgemm (cpu backend only)
   double sgemm_gflops = 0;     // their FLOPs / sgemm_ms
+  // --profile: each op family's ms and launches per timed step (empty: not profiled).
+  std::vector<OpFamilyTime> profile;
 };
 
 BenchResult run_bench(const Config& config, const BenchOptions& options);
 // The table of one or more runs of `config` at different shapes, a column each.
 std::string format_bench(const Config& config, const std::vector<BenchResult>& results);
+// --profile's table of one run: each op family's ms, share and launches per step (a note on
+// cpu, which has no kernels to time).
+std::string format_profile(const BenchResult& result);
 
 }  // namespace collage

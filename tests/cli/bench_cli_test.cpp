@@ -1,7 +1,10 @@
 // `collage bench`: one column per --shapes entry, the GEMM engine named, the optimizer's bytes
-// and rate, and shapes that cannot run refused with the value named.
+// and rate, and shapes that cannot run refused with the value named; encoders timed on a
+// synthetic masked-LM batch; --profile's op families adding up to the step's launches.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <sstream>
 #include <string>
 
 #include "run_collage.h"
@@ -32,6 +35,74 @@ TEST(BenchCli, BadShapesAreRefusedNamingThem) {
   EXPECT_EQ(long_one.exit_code, 1) << long_one.output;
   EXPECT_NE(long_one.output.find("longer than model.max_position_embeddings"), std::string::npos)
       << long_one.output;
+}
+
+// The number in the last column of the table row starting with `row` ("| GEMMs ..."); -1
+// when there is no such row.
+int64_t last_column(const std::string& output, const std::string& row) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(row, 0) != 0) continue;
+    const size_t end = line.find_last_not_of(" |");
+    const size_t begin = line.find_last_of(" |", end) + 1;
+    return std::stoll(line.substr(begin, end + 1 - begin));
+  }
+  return -1;
+}
+
+TEST(BenchCli, ProfileSplitsTheStepByOpFamily) {
+  const CommandResult bench = run_collage(
+      "bench " + kTiny +
+      " --set parallel.backend=cuda-emulated --profile --steps 1 --warmup 0 --shapes 1x16");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("Emulator time by op family, 1 x 16, per step"), std::string::npos)
+      << bench.output;
+  const int64_t launches = last_column(bench.output, "| kernel launches per step");
+  ASSERT_GT(launches, 0) << bench.output;
+  int64_t sum = 0;
+  for (const char* family : {"attention forward", "attention backward", "GEMMs", "layernorm",
+                             "GELU", "cross-entropy", "optimizer", "other"}) {
+    std::string row = std::string("| ") + family;
+    row.resize(30, ' ');  // the first column's width: not "| optimizer ms"
+    const int64_t n = last_column(bench.output, row + " |");
+    EXPECT_GT(n, 0) << family << "\n" << bench.output;  // the GPT step launches every family
+    sum += n;
+  }
+  EXPECT_EQ(sum, launches) << bench.output;
+  EXPECT_EQ(last_column(bench.output, "| total "), launches) << bench.output;
+}
+
+TEST(BenchCli, ProfileOnCpuSaysThereIsNothingToTime) {
+  const CommandResult bench = run_collage("bench " + kTiny + " --profile --steps 1 --warmup 0");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("--profile: the cpu backend runs no kernels to time"),
+            std::string::npos)
+      << bench.output;
+  EXPECT_EQ(bench.output.find("| op family"), std::string::npos) << bench.output;
+}
+
+// BERT (and RoBERTa, the same model without NSP) on the cpu and through the cuda kernels.
+TEST(BenchCli, TimesEncoderSteps) {
+  const std::string bert =
+      "bench configs/demo/bert-tiny.yaml --set parallel.threads=1 --steps 1 --warmup 0 "
+      "--shapes 2x32";
+  for (const std::string& backend : {"cpu", "cuda-emulated"}) {
+    const CommandResult run = run_collage(bert + " --set parallel.backend=" + backend);
+    ASSERT_EQ(run.exit_code, 0) << backend << "\n" << run.output;
+    EXPECT_NE(run.output.find("BERT (masked LM + NSP, 20 labelled positions a sequence) L=2"),
+              std::string::npos)
+        << run.output;
+    for (const char* row : {"| step ms", "| tokens/s", "| model GFLOP per step", "| MFU"})
+      EXPECT_NE(run.output.find(row), std::string::npos) << row << "\n" << run.output;
+    if (backend == "cuda-emulated")
+      EXPECT_GT(last_column(run.output, "| kernel launches per step"), 0) << run.output;
+  }
+  const CommandResult roberta = run_collage(
+      bert + " --set model.arch=roberta --set model.type_vocab_size=1 --set model.pad_token_id=1");
+  ASSERT_EQ(roberta.exit_code, 0) << roberta.output;
+  EXPECT_NE(roberta.output.find("RoBERTa (masked LM, 20 labelled positions a sequence)"),
+            std::string::npos)
+      << roberta.output;
 }
 
 }  // namespace

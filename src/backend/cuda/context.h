@@ -48,6 +48,9 @@ struct CudaScratch {
 };
 
 struct GemmEngine;  // gemm.h: cuBLASLt handle, workspace and cached algorithms (or the cpu GEMM)
+// `collage bench --profile`'s record of every launch by op family (runtime.h, profile_*): CUDA
+// event pairs on a GPU, host timestamps in the emulator's stream order.
+struct LaunchProfile;
 
 struct CudaContext {
   Stream stream{};
@@ -63,6 +66,10 @@ struct CudaContext {
   size_t staging_bytes = 0, staging_used = 0;
   int64_t launches = 0;          // kernels started (launch() in kernels/common.cuh counts)
   int64_t synchronizations = 0;  // host waits for the stream (runtime.h counts)
+  // Non-null only between profile_start and profile_stop (runtime.h): launch() and gemm() then
+  // record each launch's time by family. Null (always, outside `bench --profile`): nothing.
+  LaunchProfile* profile = nullptr;
+  LaunchProfile* profile_pool = nullptr;  // its events, kept for the next profile_start
   // The (T, HS, base) whose rope table is in scratch.rope_table (built once per shape).
   int rope_T = 0, rope_HS = 0;
   float rope_base = 0;

@@ -72,6 +72,11 @@ class CudaBackend final : public Backend {
     pending_edq_.clear();
   }
   Counters counters() const override { return {cx_.launches, cx_.synchronizations}; }
+  bool start_profile() override {
+    profile_start(cx_);
+    return true;
+  }
+  std::vector<OpFamilyTime> stop_profile() override { return profile_stop(cx_); }
 
   // ---- ops ----
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_layout.h"
+#include "backend/cuda/runtime.h"
 #include "core/error.h"
 
 namespace collage::cuda {
@@ -179,10 +180,12 @@ void gemm(CudaContext& cx, const GemmCall& g) {
   }
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
   cx.launches++;
+  if (cx.profile) profile_launch_begin(cx, "gemm");  // `collage bench --profile` only
   check(cublasLtMatmul(engine.handle, plan.operation, &alpha, g.b, plan.first, g.a, plan.second,
                        &beta, g.d, plan.output, g.d, plan.output, &plan.algorithm, engine.workspace,
                        kWorkspaceBytes, cx.stream),
         "cublasLtMatmul");
+  if (cx.profile) profile_launch_end(cx);
 }
 
 COLLAGE_CUDA_VARIANT_END

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "simt/simt.h"
 
@@ -63,8 +64,10 @@ void gemm(CudaContext& cx, const GemmCall& call) {
                 call.N, call.K);
   if (call.M == 0 || call.N == 0) return;
   cx.launches++;
+  if (cx.profile) profile_launch_begin(cx, "gemm");  // `collage bench --profile` only
   GemmEngine* engine = cx.gemm;
   simt::enqueue(cx.stream, [engine, call] { run(*engine, call); });
+  if (cx.profile) profile_launch_end(cx);
 }
 
 COLLAGE_CUDA_VARIANT_END

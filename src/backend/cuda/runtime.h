@@ -4,8 +4,11 @@
 // runtime_device.cpp implements them with the CUDA runtime API (never the driver API: the
 // executable must start without a driver), runtime_emulated.cpp with the host SIMT emulator.
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "backend/cuda/context.h"
+#include "backend/op_family.h"
 
 namespace collage::cuda {
 COLLAGE_CUDA_VARIANT_BEGIN
@@ -31,6 +34,19 @@ void fill_bytes(CudaContext& cx, void* destination, int byte, size_t bytes);
 // Waits until everything queued on the stream has run; throws collage::Error if a kernel
 // faulted. Counts cx.synchronizations.
 void synchronize(CudaContext& cx);
+
+// `collage bench --profile`: from profile_start on, every kernel and GEMM launch is recorded
+// under the family of its op name (backend/op_family.h): on a GPU a pair of CUDA events around
+// it on the stream (from a pool, created once and reused), in the emulator host timestamps
+// queued before and after it. profile_stop waits for the stream and returns each family's
+// milliseconds and launches since profile_start, then records nothing more. The launch hooks
+// are called by launch() (kernels/common.cuh) and gemm() only while cx.profile is set.
+void profile_start(CudaContext& cx);
+std::vector<OpFamilyTime> profile_stop(CudaContext& cx);
+void profile_launch_begin(CudaContext& cx, const char* op);
+void profile_launch_end(CudaContext& cx);
+// Frees the profile's events and records (close_context calls it).
+void profile_release(CudaContext& cx);
 
 // `buffer` grown to at least `bytes` (its contents are then undefined). Growing waits for the
 // stream first: queued kernels may still use the old memory.

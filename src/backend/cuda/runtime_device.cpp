@@ -3,7 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/gemm.h"
@@ -47,6 +49,7 @@ void close_context(CudaContext& cx) {
   if (cx.staging) cudaFreeHost(cx.staging);
   cx.staging = nullptr;
   cx.staging_bytes = cx.staging_used = 0;
+  profile_release(cx);
   cudaStreamDestroy(cx.stream);
   cx.stream = nullptr;
 }
@@ -124,6 +127,83 @@ void synchronize(CudaContext& cx) {
   cx.synchronizations++;
   check(cudaStreamSynchronize(cx.stream), "a kernel or copy on the stream failed");
   cx.staging_used = 0;  // no queued copy reads the staging buffer any more
+}
+
+// ---- `collage bench --profile` ----
+
+// Launches recorded before the events are read and reused: the pool's size (2 events each).
+constexpr size_t kProfiledLaunches = 4096;
+
+struct LaunchProfile {
+  std::vector<cudaEvent_t> events;  // 2k and 2k + 1 around launch k; created once, reused
+  std::vector<int> families;        // launch k's family, since the last fold
+  std::array<double, kOpFamilies> ms{};
+  std::array<int64_t, kOpFamilies> launches{};
+};
+
+namespace {
+
+// Waits for the stream and adds the recorded launches' times to their families; the events
+// are then free again. (Not counted in cx.synchronizations: it is the profile's wait.)
+void fold(CudaContext& cx, LaunchProfile& p) {
+  check(cudaStreamSynchronize(cx.stream), "a kernel or copy on the stream failed");
+  for (size_t k = 0; k < p.families.size(); k++) {
+    float ms = 0;
+    // A pair a failed launch left without its stop event reads as an error: skipped.
+    if (cudaEventElapsedTime(&ms, p.events[2 * k], p.events[2 * k + 1]) == cudaSuccess)
+      p.ms[size_t(p.families[k])] += ms;
+  }
+  p.families.clear();
+}
+
+}  // namespace
+
+void profile_start(CudaContext& cx) {
+  if (!cx.profile_pool) cx.profile_pool = new LaunchProfile;
+  LaunchProfile& p = *cx.profile_pool;
+  p.families.clear();
+  p.ms = {};
+  p.launches = {};
+  cx.profile = &p;
+}
+
+std::vector<OpFamilyTime> profile_stop(CudaContext& cx) {
+  if (!cx.profile) return {};
+  LaunchProfile& p = *cx.profile;
+  cx.profile = nullptr;
+  fold(cx, p);
+  std::vector<OpFamilyTime> result;
+  for (int f = 0; f < kOpFamilies; f++)
+    result.push_back({kOpFamilyNames[f], p.ms[f], p.launches[f]});
+  return result;
+}
+
+void profile_launch_begin(CudaContext& cx, const char* op) {
+  LaunchProfile& p = *cx.profile;
+  if (p.families.size() == kProfiledLaunches) fold(cx, p);
+  const size_t k = p.families.size();
+  while (p.events.size() < 2 * (k + 1)) {
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreate(&event), "cudaEventCreate");
+    p.events.push_back(event);
+  }
+  const int family = int(op_family(op));
+  p.families.push_back(family);
+  p.launches[size_t(family)]++;
+  check(cudaEventRecord(p.events[2 * k], cx.stream), "cudaEventRecord");
+}
+
+void profile_launch_end(CudaContext& cx) {
+  LaunchProfile& p = *cx.profile;
+  check(cudaEventRecord(p.events[2 * (p.families.size() - 1) + 1], cx.stream), "cudaEventRecord");
+}
+
+void profile_release(CudaContext& cx) {
+  cx.profile = nullptr;
+  if (!cx.profile_pool) return;
+  for (cudaEvent_t event : cx.profile_pool->events) cudaEventDestroy(event);
+  delete cx.profile_pool;
+  cx.profile_pool = nullptr;
 }
 
 COLLAGE_CUDA_VARIANT_END

@@ -1,7 +1,11 @@
 // runtime.h on the host SIMT emulator (src/simt): device memory is the emulator's protected
 // host memory, the stream its in-order queue. A kernel fault or a failed queued function
 // comes back from simt::synchronize as a message, thrown here as collage::Error.
+#include <array>
+#include <chrono>
 #include <cstring>
+#include <deque>
+#include <vector>
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/runtime.h"
@@ -31,6 +35,7 @@ void close_context(CudaContext& cx) {
   }
   destroy_gemm_engine(cx, cx.gemm);
   cx.gemm = nullptr;
+  profile_release(cx);
   simt::destroy_stream(cx.stream);
   cx.stream = nullptr;
 }
@@ -65,6 +70,80 @@ void fill_bytes(CudaContext& cx, void* destination, int byte, size_t bytes) {
 void synchronize(CudaContext& cx) {
   cx.synchronizations++;
   if (const char* error = simt::synchronize(cx.stream)) fail("cuda-emulated: {}", error);
+}
+
+// ---- `collage bench --profile` ----
+// The emulator's host time of each launch: timestamps taken by functions queued on the stream
+// before and after it, so they bracket the launch's run in stream order, at once or deferred.
+
+constexpr size_t kProfiledLaunches = 4096;  // launches recorded before they are summed
+
+struct LaunchProfile {
+  using Clock = std::chrono::steady_clock;
+  std::deque<std::array<Clock::time_point, 2>> stamps;  // launch k's start and stop (stable)
+  std::vector<int> families;                            // launch k's family, since the last fold
+  std::array<double, kOpFamilies> ms{};
+  std::array<int64_t, kOpFamilies> launches{};
+};
+
+namespace {
+
+// Runs what is queued and adds the recorded launches' times to their families.
+void fold(CudaContext& cx, LaunchProfile& p) {
+  if (const char* error = simt::synchronize(cx.stream)) fail("cuda-emulated: {}", error);
+  for (size_t k = 0; k < p.families.size(); k++) {
+    const auto [start, stop] = p.stamps[k];
+    if (stop > start)  // a refused launch queued no stop
+      p.ms[size_t(p.families[k])] +=
+          std::chrono::duration<double, std::milli>(stop - start).count();
+  }
+  p.families.clear();
+  p.stamps.clear();
+}
+
+void stamp(CudaContext& cx, LaunchProfile::Clock::time_point* slot) {
+  simt::enqueue(cx.stream, [slot] { *slot = LaunchProfile::Clock::now(); });
+}
+
+}  // namespace
+
+void profile_start(CudaContext& cx) {
+  if (!cx.profile_pool) cx.profile_pool = new LaunchProfile;
+  LaunchProfile& p = *cx.profile_pool;
+  p.families.clear();
+  p.stamps.clear();
+  p.ms = {};
+  p.launches = {};
+  cx.profile = &p;
+}
+
+std::vector<OpFamilyTime> profile_stop(CudaContext& cx) {
+  if (!cx.profile) return {};
+  LaunchProfile& p = *cx.profile;
+  cx.profile = nullptr;
+  fold(cx, p);
+  std::vector<OpFamilyTime> result;
+  for (int f = 0; f < kOpFamilies; f++)
+    result.push_back({kOpFamilyNames[f], p.ms[f], p.launches[f]});
+  return result;
+}
+
+void profile_launch_begin(CudaContext& cx, const char* op) {
+  LaunchProfile& p = *cx.profile;
+  if (p.families.size() == kProfiledLaunches) fold(cx, p);
+  const int family = int(op_family(op));
+  p.families.push_back(family);
+  p.launches[size_t(family)]++;
+  p.stamps.push_back({});
+  stamp(cx, &p.stamps.back()[0]);
+}
+
+void profile_launch_end(CudaContext& cx) { stamp(cx, &cx.profile->stamps.back()[1]); }
+
+void profile_release(CudaContext& cx) {
+  cx.profile = nullptr;
+  delete cx.profile_pool;
+  cx.profile_pool = nullptr;
 }
 
 COLLAGE_CUDA_VARIANT_END
