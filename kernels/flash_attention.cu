@@ -141,6 +141,26 @@ __device__ __forceinline__ void multiply_rounded(FragmentC (&acc)[kHeadSize / 8]
   }
 }
 
+// e^x for the softmax: exp2f(x·log2 e), a few instructions on a GPU (CUDA's exp2f, 2 ulp) where
+// math::exp_approx is a polynomial of ~25; the score work per element, not the tensor cores,
+// bounds these kernels. e^-inf = 0, which masks hidden scores without a test. The emulator
+// uses glibc's exp2f: the two differ by an ulp or two of fp32, far inside the tests' bounds.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float softmax_exp(float x) { return exp2f(x * kLog2e); }
+
+// F_ij of dropout, kept out of line on the GPU: inlined into the unrolled fragment loops, the
+// Philox rounds would take the registers the accumulators need (and a call costs nothing
+// when p = 0, where it is never made).
+#if defined(__CUDACC__)
+__device__ __noinline__
+#else
+inline
+#endif
+    float
+    dropout_factor(const AttentionDropout& dropout, int b, int h, int i, int j, int T, int NH) {
+  return dropout.factor(b, h, i, j, T, NH);
+}
+
 // The sum over the 4 lanes that hold one row (t = 0..3), in a fixed order.
 __device__ __forceinline__ float quad_sum(float value) {
   value += __shfl_xor_sync(0xffffffffu, value, 1);
@@ -204,37 +224,52 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     FragmentC s[kKeyBlocks];
     multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
+    // Scores, -inf where hidden: only tiles that reach past T, past the warp's first row
+    // (causal) or under a key mask test each key.
+    const bool tile_masked = key_ok != nullptr || k0 + kKeyTile > T ||
+                             (causal && k0 + kKeyTile - 1 > rows[0] - lane / 4);
     float tile_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {
       COLLAGE_UNROLL
       for (int e = 0; e < 4; e++) {
         const int r = e / 2, j = k0 + fragment_column(nb, e);
-        const bool visible = j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j);
+        const bool visible =
+            !tile_masked || (j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j));
         s[nb].v[e] = visible ? s[nb].v[e] * scale : kAttentionMinusInf;
         tile_max[r] = fmaxf(tile_max[r], s[nb].v[e]);
       }
     }
-    float new_max[2], correction[2];
+    float new_max[2], correction[2], shift[2];
     COLLAGE_UNROLL
     for (int r = 0; r < 2; r++) {
       new_max[r] = fmaxf(running_max[r], quad_max(tile_max[r]));
-      correction[r] = running_max[r] == kAttentionMinusInf
-                          ? 0.0f
-                          : math::exp_approx(running_max[r] - new_max[r]);
+      // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0
+      // instead of e^(-inf + inf) = NaN.
+      shift[r] = new_max[r] == kAttentionMinusInf ? 0.0f : new_max[r];
+      correction[r] = softmax_exp(running_max[r] - shift[r]);
       running_max[r] = new_max[r];
       lane_sum[r] *= correction[r];
     }
-    // p = exp(S - m) (0 where hidden) into the sum; Z = p·F replaces S for Z·v.
+    // p = e^(S - m) (0 where hidden) into the sum; then Z = p·F replaces S for Z·v.
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {
       COLLAGE_UNROLL
       for (int e = 0; e < 4; e++) {
-        const int r = e / 2, j = k0 + fragment_column(nb, e);
-        const float score = s[nb].v[e];
-        const float p = score == kAttentionMinusInf ? 0.0f : math::exp_approx(score - new_max[r]);
-        lane_sum[r] += p;
-        s[nb].v[e] = p == 0.0f ? 0.0f : p * dropout.factor(b, h, rows[r], j, T, NH);
+        const float p = softmax_exp(s[nb].v[e] - shift[e / 2]);
+        lane_sum[e / 2] += p;
+        s[nb].v[e] = p;
+      }
+    }
+    if (dropout.p != 0.0f) {
+      COLLAGE_UNROLL
+      for (int nb = 0; nb < kKeyBlocks; nb++) {
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int j = k0 + fragment_column(nb, e);
+          if (s[nb].v[e] != 0.0f)
+            s[nb].v[e] *= dropout_factor(dropout, b, h, rows[e / 2], j, T, NH);
+        }
       }
     }
     COLLAGE_UNROLL
@@ -267,22 +302,40 @@ __global__ void __launch_bounds__(kThreads)
 
 // P and dP = F·(dout·vᵀ) of the staged key tile at k0 for the warp's 16 queries: s holds the
 // warp's q·kᵀ and dp its dout·vᵀ on entry, P and dP on return (0 where query i does not see j).
+// `row_lse` is -inf for a query that saw no key (it sees none here either).
 template <int kKeyBlocks>
 __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
                                               FragmentC (&dp)[kKeyBlocks], const int (&rows)[2],
                                               const float (&row_lse)[2], int k0, int b, int h,
                                               const int32_t* key_ok, bool causal, int T, int NH,
                                               float scale, const AttentionDropout& dropout) {
+  const int first_row = rows[0] - int(threadIdx.x % kWarpSize) / 4;  // the warp's
+  const bool tile_masked = key_ok != nullptr || k0 + kKeyBlocks * 8 > T ||
+                           (causal && k0 + kKeyBlocks * 8 - 1 > first_row);
+  // e^(S - lse), with lse +inf in place of -inf so that such a row's P is e^-inf = 0.
+  float lse[2];
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++)
+    lse[r] = row_lse[r] == kAttentionMinusInf ? -kAttentionMinusInf : row_lse[r];
   COLLAGE_UNROLL
   for (int nb = 0; nb < kKeyBlocks; nb++) {
     COLLAGE_UNROLL
     for (int e = 0; e < 4; e++) {
-      const int r = e / 2, i = rows[r], j = k0 + fragment_column(nb, e);
-      // A query that saw no key (lse = -inf) sees none here either.
-      const bool visible = row_lse[r] != kAttentionMinusInf && j < T && (!causal || j <= i) &&
-                           key_visible(key_ok, j);
-      s[nb].v[e] = visible ? math::exp_approx(s[nb].v[e] * scale - row_lse[r]) : 0.0f;
-      dp[nb].v[e] = visible ? dp[nb].v[e] * dropout.factor(b, h, i, j, T, NH) : 0.0f;
+      const int r = e / 2, j = k0 + fragment_column(nb, e);
+      const bool visible =
+          !tile_masked || (j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j));
+      s[nb].v[e] = visible ? softmax_exp(s[nb].v[e] * scale - lse[r]) : 0.0f;
+      dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
+    }
+  }
+  if (dropout.p != 0.0f) {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kKeyBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int j = k0 + fragment_column(nb, e);
+        if (s[nb].v[e] != 0.0f) dp[nb].v[e] *= dropout_factor(dropout, b, h, rows[e / 2], j, T, NH);
+      }
     }
   }
 }
@@ -427,18 +480,34 @@ __global__ void __launch_bounds__(kThreads)
     FragmentC s[kQueryBlocks], dp[kQueryBlocks];  // k·qᵀ and v·doutᵀ: (16 keys, kTile queries)
     multiply_by_rows<kHeadSize, kTile>(s, k, q_tile);
     multiply_by_rows<kHeadSize, kTile>(dp, v, dy_tile);
+    // Queries before the warp's first key or past T, a key mask, or a query that saw nothing
+    // need the per-element test.
+    const bool tile_masked = !key_seen[0] || !key_seen[1] || key_ok != nullptr || i0 + kTile > T ||
+                             (causal && keys[1] - lane / 4 + 7 > i0);
     COLLAGE_UNROLL
     for (int nb = 0; nb < kQueryBlocks; nb++) {
       COLLAGE_UNROLL
       for (int e = 0; e < 4; e++) {
         const int r = e / 2, j = keys[r], ii = fragment_column(nb, e), i = i0 + ii;
-        const bool visible =
-            key_seen[r] && i < T && (!causal || j <= i) && tile_lse[ii] != kAttentionMinusInf;
-        const float p = visible ? math::exp_approx(s[nb].v[e] * scale - tile_lse[ii]) : 0.0f;
-        const float factor = visible ? dropout.factor(b, h, i, j, T, NH) : 1.0f;
-        const float dprob = dp[nb].v[e] * factor;                       // dP = F·dZ
-        s[nb].v[e] = p * factor;                                        // Z, for dv
-        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dprob - tile_delta[ii]);  // dS, for dk
+        const float lse = tile_lse[ii];  // -inf only where tile_masked (a key mask, past T)
+        const bool visible = !tile_masked || (key_seen[r] && i < T && (!causal || j <= i) &&
+                                              lse != kAttentionMinusInf);
+        s[nb].v[e] = visible ? softmax_exp(s[nb].v[e] * scale - lse) : 0.0f;  // P
+      }
+    }
+    // Z = P·F for dv; dS = P (F·dZ - D) for dk (F = 1 without dropout).
+    const bool dropping = dropout.p != 0.0f;
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kQueryBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int ii = fragment_column(nb, e);
+        const float p = s[nb].v[e];
+        float factor = 1.0f;
+        if (dropping && p != 0.0f)
+          factor = dropout_factor(dropout, b, h, i0 + ii, keys[e / 2], T, NH);
+        s[nb].v[e] = p * factor;
+        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - tile_delta[ii]);
       }
     }
     multiply_rounded<kHeadSize, kTile>(dv, s, dy_tile);
