@@ -375,20 +375,27 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < 2; r++) row_lse[r] = rows[r] < T ? lse_head[rows[r]] : kAttentionMinusInf;
   const int key_end = causal ? min(T, q0 + kRows) : T;
 
-  // Pass 1: D_i = Σ_j P_ij·dP_ij.
-  float lane_delta[2] = {0.0f, 0.0f};
-  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
-    __syncthreads();
+  // P and dP of the key tile at k0 for the warp's 16 queries (both passes recompute them).
+  auto tile_probabilities = [&](int k0, FragmentC(&s)[kKeyBlocks], FragmentC(&dp)[kKeyBlocks]) {
+    __syncthreads();  // the previous tile (or q, dout) is consumed
     stage<kHeadSize, kKeyTile>(k_tile, head.k, head.row_stride, k0, T);
     stage<kHeadSize, kKeyTile>(v_tile, head.v, head.row_stride, k0, T);
     __syncthreads();
-    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
     multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
     multiply_by_rows<kHeadSize, kKeyTile>(dp, dy, v_tile);
     probabilities(s, dp, rows, row_lse, k0, b, h, key_ok, causal, T, NH, scale, dropout);
+  };
+
+  // Pass 1: D_i = Σ_j P_ij·dP_ij.
+  float lane_delta[2] = {0.0f, 0.0f};
+  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
+    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
+    tile_probabilities(k0, s, dp);
     COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) COLLAGE_UNROLL
-    for (int e = 0; e < 4; e++) lane_delta[e / 2] += s[nb].v[e] * dp[nb].v[e];
+    for (int nb = 0; nb < kKeyBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) lane_delta[e / 2] += s[nb].v[e] * dp[nb].v[e];
+    }
   }
   float row_delta[2];
   COLLAGE_UNROLL
@@ -400,18 +407,13 @@ __global__ void __launch_bounds__(kThreads)
   // Pass 2: dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j.
   FragmentC dq[kDimBlocks];
   for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
-    __syncthreads();
-    stage<kHeadSize, kKeyTile>(k_tile, head.k, head.row_stride, k0, T);
-    stage<kHeadSize, kKeyTile>(v_tile, head.v, head.row_stride, k0, T);
-    __syncthreads();
     FragmentC s[kKeyBlocks], dp[kKeyBlocks];
-    multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
-    multiply_by_rows<kHeadSize, kKeyTile>(dp, dy, v_tile);
-    probabilities(s, dp, rows, row_lse, k0, b, h, key_ok, causal, T, NH, scale, dropout);
+    tile_probabilities(k0, s, dp);
     COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++)  // dS = P (dP - D), into dp
+    for (int nb = 0; nb < kKeyBlocks; nb++) {  // dS = P (dP - D), into dp
       COLLAGE_UNROLL
-    for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] * (dp[nb].v[e] - row_delta[e / 2]);
+      for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] * (dp[nb].v[e] - row_delta[e / 2]);
+    }
     multiply_rounded<kHeadSize, kKeyTile>(dq, dp, k_tile);
   }
   COLLAGE_UNROLL

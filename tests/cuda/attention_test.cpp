@@ -27,41 +27,18 @@
 #include <limits>
 #include <utility>
 
+#include "attention_cases.h"
 #include "cuda_test_util.h"
 
 namespace collage::test {
 namespace {
 
-struct Case {
-  int B, T, NH, HS;
-};
+using Case = AttentionShape;
 // Head sizes 64 and 128 run on the tensor-core kernels (tests/cuda/flash_attention_test.cpp);
 // these are the SIMT kernels' sizes.
 const Case kCases[] = {{1, 1, 1, 8}, {2, 13, 3, 24}, {1, 70, 2, 96}, {2, 33, 1, 40}};
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-
-// Key mask (B, T): about one key in four hidden, always key 0 of batch row 0 (so causal query
-// 0 sees nothing) and, with B > 1, every key of batch row 1 (no query there sees anything).
-std::vector<int32_t> make_mask(Rng& rng, const Case& c) {
-  std::vector<int32_t> mask(size_t(c.B) * c.T);
-  for (int b = 0; b < c.B; b++) {
-    for (int t = 0; t < c.T; t++) {
-      const bool hidden = (b == 0 && t == 0) || b == 1 || rng.integer(0, 3) == 0;
-      mask[size_t(b) * c.T + t] = hidden ? 0 : 1;
-    }
-  }
-  return mask;
-}
-
-// Whether query i of batch row b sees any key.
-bool sees_any(const Case& c, const std::vector<int32_t>& mask, bool causal, int b, int i) {
-  const int end = causal ? i + 1 : c.T;
-  for (int j = 0; j < end; j++) {
-    if (mask.empty() || mask[size_t(b) * c.T + j] != 0) return true;
-  }
-  return false;
-}
 
 // lse: equal infinities, else |got - want| ≤ 1e-5. Returns the largest finite difference.
 double check_lse(const std::vector<float>& got, const std::vector<float>& want) {
@@ -162,7 +139,7 @@ TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
         const auto qkv = random_values<bf16>(rng, qkv_count, 1.5);
         const auto dout = random_values<bf16>(rng, out_count);
         const auto dqkv0 = random_values<bf16>(rng, qkv_count, 0.05);
-        const auto mask = masked ? make_mask(rng, c) : std::vector<int32_t>{};
+        const auto mask = masked ? make_attention_mask(rng, c) : std::vector<int32_t>{};
 
         Mirrored<bf16> x(pair, qkv), out(pair, out_count), dy(pair, dout), dx(pair, dqkv0);
         Mirrored<float> lse(pair, lse_count);
@@ -201,7 +178,7 @@ TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
         // lse -inf and an unchanged dq row; a hidden key has unchanged dk, dv rows.
         for (int b = 0; b < c.B; b++) {
           for (int i = 0; i < c.T; i++) {
-            if (sees_any(c, mask, causal, b, i)) continue;
+            if (sees_any_key(c, mask, causal, b, i)) continue;
             const size_t row = size_t(b) * c.T + i;
             for (int h = 0; h < c.NH; h++) {
               EXPECT_EQ(got_lse[(size_t(b) * c.NH + h) * c.T + i], kMinusInf);

@@ -23,29 +23,17 @@
 #include <cstdio>
 #include <limits>
 
+#include "attention_cases.h"
 #include "backend/elementwise_math.h"
 #include "cuda_test_util.h"
 
 namespace collage::test {
 namespace {
 
-struct Case {
-  int B, T, NH, HS;
-};
+using Case = AttentionShape;
 const Case kCases[] = {{2, 37, 2, 64}, {1, 64, 1, 128}, {1, 130, 1, 64}, {1, 70, 2, 128}};
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-
-std::vector<int32_t> make_mask(Rng& rng, const Case& c) {
-  std::vector<int32_t> mask(size_t(c.B) * c.T);
-  for (int b = 0; b < c.B; b++) {
-    for (int t = 0; t < c.T; t++) {
-      const bool hidden = (b == 0 && t == 0) || b == 1 || rng.integer(0, 3) == 0;
-      mask[size_t(b) * c.T + t] = hidden ? 0 : 1;
-    }
-  }
-  return mask;
-}
 
 // Σ|term| of every output and gradient element (float64), laid out as out (B, T, C) and
 // dqkv (B, T, 3C).
@@ -152,7 +140,7 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
   const auto qkv = random_values<bf16>(rng, qkv_count, 1.5);
   const auto dout = random_values<bf16>(rng, out_count);
   const auto dqkv0 = random_values<bf16>(rng, qkv_count, 0.05);
-  const auto mask = masked ? make_mask(rng, c) : std::vector<int32_t>{};
+  const auto mask = masked ? make_attention_mask(rng, c) : std::vector<int32_t>{};
 
   Mirrored<bf16> x(pair, qkv), out(pair, out_count), dy(pair, dout), dx(pair, dqkv0);
   Mirrored<float> lse(pair, lse_count);
@@ -211,9 +199,7 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
   for (int b = 0; b < c.B; b++) {  // queries that see no key; hidden keys
     for (int i = 0; i < c.T; i++) {
       const size_t row = size_t(b) * c.T + i;
-      bool sees_any = false;
-      for (int j = 0; j < (causal ? i + 1 : c.T); j++)
-        sees_any |= !masked || mask[size_t(b) * c.T + j] != 0;
+      const bool sees_any = sees_any_key(c, mask, causal, b, i);
       for (int e = 0; !sees_any && e < C; e++) {
         EXPECT_EQ(bf16_to_float(got_out[row * C + e]), 0.0f) << "out row " << row;
         EXPECT_EQ(got_dx[row * 3 * C + e].bits, dqkv0[row * 3 * C + e].bits) << "dq row " << row;
