@@ -1,7 +1,9 @@
 // The whole training loop on the cuda backend under emulation (and on a real GPU where there is
 // one) against the cpu backend: the same tiny GPT, data, init and schedule, 24 optimizer steps
-// of 2 micro-batches each, for learned and rotary positions, tied and untied heads. The step's
-// losses, gradient norms and EDQ must follow the cpu's.
+// of 2 micro-batches each, for learned and rotary positions, tied and untied heads, and once at
+// 64-dimensional heads, where attention runs on the tensor-core kernels
+// (kernels/flash_attention.cu; the 16-dimensional heads of the others run the SIMT ones). The
+// step's losses, gradient norms and EDQ must follow the cpu's.
 //
 // Why they are not bit-identical: the GEMMs, attention and the layernorm/cross-entropy
 // statistics sum in a different order on the two backends, so a bf16 activation now and then
@@ -27,6 +29,7 @@ struct Variant {
   const char* name;
   const char* position_embedding;
   bool tie_embeddings;
+  int n_head = 2;  // hidden size 32: 16-dimensional heads; 1 head at 64: a 64-dimensional one
 };
 
 class CudaTrainingTest : public TrainerTest, public ::testing::WithParamInterface<Variant> {
@@ -49,6 +52,8 @@ void CudaTrainingTest::expect_run_follows_cpu(const std::string& backend) {
   const std::vector<std::string> common = {
       std::string("model.position_embedding=") + v.position_embedding,
       std::string("model.tie_embeddings=") + (v.tie_embeddings ? "true" : "false"),
+      "model.n_head=" + std::to_string(v.n_head),
+      "model.hidden_size=" + std::to_string(v.n_head == 1 ? 64 : 32),
       "optimizer.precision=collage-plus",
       "training.max_steps=24",
       "optimizer.decay_steps=24",
@@ -93,7 +98,8 @@ INSTANTIATE_TEST_SUITE_P(Gpt, CudaTrainingTest,
                          ::testing::Values(Variant{"learned_tied", "learned", true},
                                            Variant{"learned_untied", "learned", false},
                                            Variant{"rope_tied", "rope", true},
-                                           Variant{"rope_untied", "rope", false}),
+                                           Variant{"rope_untied", "rope", false},
+                                           Variant{"rope_tied_head64", "rope", true, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
