@@ -160,6 +160,9 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   // Causal attention: query i sees keys 0..i, T(T+1)/2 (query, key) pairs per (b, head); a
   // GEMM-equivalent over them (q·k, or a weighted sum of HS-vectors) is 2·HS FLOPs a pair.
   const double attention_gemm = B * NH * (T * (T + 1.0) / 2) * 2 * HS;
+  // Head sizes 64 and 128 run attention on tensor cores (kernels/flash_attention.cu), others on
+  // the fp32 pipe (the SIMT kernels of kernels/attention.cu).
+  const bool attention_on_tensor_cores = HS == 64 || HS == 128;
 
   using KP = KernelPhase;
   std::vector<KernelCost> rows;
@@ -202,7 +205,7 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
         kRopeForwardFlops * N * 2 * C);
   }
   add("attention_forward", KP::forward, L, (N * 3 * C + N * C) * kBf16 + N * NH * kF32,
-      2 * attention_gemm, false, true);
+      2 * attention_gemm, attention_on_tensor_cores, true);
   matmul_forward("proj", L, C, C, true);
   // residual = a + b, out = layernorm(residual): a, b, weight, bias read; residual, out, stats
   // written.
@@ -243,7 +246,7 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv read and written.
   add("attention_backward", KP::backward, L,
       (N * C + N * C + N * 3 * C + 2 * N * 3 * C) * kBf16 + N * NH * kF32, 5 * attention_gemm,
-      false, true);
+      attention_on_tensor_cores, true);
   if (rope) {
     add("rope_backward", KP::backward, L, 3 * N * 3 * C * kBf16 + rope_table_bytes,
         kRopeBackwardFlops * N * 2 * C + N * C);
@@ -313,7 +316,7 @@ std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tok
     for (const KernelCost& r : rows) {
       if (r.phase == KernelPhase::step) continue;
       const double s = lower_bound_seconds(r, gpus[g]) * micro_batches;
-      if (r.tensor_cores) gemm += s;
+      if (r.tensor_cores && !r.attention) gemm += s;  // attention is counted apart
       if (r.attention) {
         attention += s;
         KernelCost on_tensor_cores = r;
@@ -322,11 +325,18 @@ std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tok
       }
     }
     const double step = step_seconds[g];
+    // Where attention runs on the fp32 pipe (head sizes other than 64 and 128): what the step
+    // would be with it on tensor cores.
+    const std::string with_tensor_cores =
+        attention_tensor < attention
+            ? fmt::format(" With attention on tensor cores: step ≥ {:.1f} ms.",
+                          (step - attention + attention_tensor) * 1e3)
+            : "";
     out += fmt::format(
         "{}: step ≥ {:.1f} ms ({:.0f} tokens/s at most): GEMMs {:.0f}%, attention {:.0f}%, "
-        "the rest {:.0f}%. With attention on tensor cores: step ≥ {:.1f} ms.\n",
+        "the rest {:.0f}%.{}\n",
         gpus[g].name, step * 1e3, tokens_per_step / step, 100 * gemm / step, 100 * attention / step,
-        100 * (step - gemm - attention) / step, (step - attention + attention_tensor) * 1e3);
+        100 * (step - gemm - attention) / step, with_tensor_cores);
   }
   out += fmt::format(
       "\nPeaks: {}. A row's bound is max(bytes / bandwidth, FLOPs / peak) summed over its "
@@ -365,12 +375,12 @@ std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tok
       "Attention: causal, only the T(T+1)/2 visible (query, key) pairs of each head count, and "
       "flash-style recomputation once: the forward is 2 GEMM-equivalents (q·kᵀ, P·v), the "
       "backward 5 (q·kᵀ recomputed, dv = Pᵀ·dout, dP = dout·vᵀ, dq = dS·k, dk = dSᵀ·q), "
-      "the softmax's exponentials not counted. It is priced at the fp32 peak because "
-      "collage's kernels (kernels/attention.cu) are plain SIMT code without tensor cores. They "
-      "also do more: the backward recomputes the probabilities in both its query-major passes "
-      "(D = Σ P·dP, then dq) and again in its key-major pass (dk, dv), q·kᵀ and dout·vᵀ three "
-      "times each: 9 GEMM-equivalents instead of 5 (9/5 of the row's time when compute-bound), "
-      "and it does not read `out`.\n";
+      "the softmax's exponentials not counted. Head sizes 64 and 128 are priced at the "
+      "tensor-core peak (kernels/flash_attention.cu), other head sizes at the fp32 peak (the "
+      "SIMT kernels of kernels/attention.cu). Both do more: the backward recomputes the "
+      "probabilities in both its query-major passes (D = Σ P·dP, then dq) and again in its "
+      "key-major pass (dk, dv), q·kᵀ and dout·vᵀ three times each: 9 GEMM-equivalents instead "
+      "of 5 (9/5 of the row's time when compute-bound), and it does not read `out`.\n";
   return out;
 }
 

@@ -349,6 +349,20 @@ TEST(KernelCosts, AttentionCountsOnlyTheVisiblePairs) {
   EXPECT_TRUE(row_named(rows, "attention_backward").attention);
 }
 
+// Head sizes 64 and 128 run attention on tensor cores (kernels/flash_attention.cu).
+TEST(KernelCosts, AttentionOfHeadSize64And128IsOnTensorCores) {
+  for (const int heads : {1, 2, 3}) {  // hidden 128: head sizes 128, 64, and 42 (SIMT)
+    ModelConfig m = rope_untied();
+    m.hidden_size = heads == 3 ? 126 : 128;
+    m.n_head = heads;
+    m.max_position_embeddings = 64;
+    const std::vector<KernelCost> rows = kernel_costs(m, 2, 64, Precision::bf16);
+    const bool tensor = m.head_size() == 64 || m.head_size() == 128;
+    EXPECT_EQ(row_named(rows, "attention_forward").tensor_cores, tensor) << m.head_size();
+    EXPECT_EQ(row_named(rows, "attention_backward").tensor_cores, tensor) << m.head_size();
+  }
+}
+
 // The optimizer's traffic per parameter follows from what the strategy stores (plan_memory's
 // bytes per parameter: θ, g and the state): a bf16-state strategy reads all of it and writes
 // all but g; fp32-master reads all but θ (it writes θ = rn(master)) and writes all but g.
