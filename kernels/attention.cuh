@@ -27,6 +27,23 @@ struct AttentionDropout {
         offset + ((uint64_t(b) * NH + uint64_t(h)) * T + uint64_t(i)) * T + uint64_t(j);
     return math::dropout_factor(math::dropout_uniform(seed, element), p, keep_scale);
   }
+  // F of (i, j) and (i, j + 1), the same numbers as factor(): one Philox evaluation when both
+  // elements fall in one block of four (element % 4 != 3), two otherwise.
+  struct Pair {
+    float first, second;
+  };
+  __device__ Pair factors(int b, int h, int i, int j, int T, int NH) const {
+    if (p == 0.0f) return {1.0f, 1.0f};
+    const uint64_t element =
+        offset + ((uint64_t(b) * NH + uint64_t(h)) * T + uint64_t(i)) * T + uint64_t(j);
+    const unsigned word = unsigned(element & 3);
+    const math::Philox4x32 block = math::dropout_block(seed, element >> 2);
+    const float first = math::uniform_from_bits(block.v[word]);
+    const float second = word != 3 ? math::uniform_from_bits(block.v[word + 1])
+                                   : math::dropout_uniform(seed, element + 1);
+    return {math::dropout_factor(first, p, keep_scale),
+            math::dropout_factor(second, p, keep_scale)};
+  }
 };
 
 // Where one (batch b, head h) lives: its q, k, v rows (T, HS) at row stride 3C in qkv (B, T, 3C)

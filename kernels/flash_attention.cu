@@ -150,15 +150,21 @@ __device__ __forceinline__ float softmax_exp(float x) { return exp2f(x * kLog2e)
 
 // F_ij of dropout, kept out of line on the GPU: inlined into the unrolled fragment loops, the
 // Philox rounds would take the registers the accumulators need (and a call costs nothing
-// when p = 0, where it is never made).
+// when p = 0, where it is never made). The pair form serves a lane's two adjacent columns
+// (j, j + 1) of one row, usually with one Philox evaluation for both.
 #if defined(__CUDACC__)
-__device__ __noinline__
+#define COLLAGE_OUT_OF_LINE __device__ __noinline__
 #else
-inline
+#define COLLAGE_OUT_OF_LINE inline
 #endif
-    float
-    dropout_factor(const AttentionDropout& dropout, int b, int h, int i, int j, int T, int NH) {
+COLLAGE_OUT_OF_LINE float dropout_factor(const AttentionDropout& dropout, int b, int h, int i,
+                                         int j, int T, int NH) {
   return dropout.factor(b, h, i, j, T, NH);
+}
+COLLAGE_OUT_OF_LINE AttentionDropout::Pair dropout_factor_pair(const AttentionDropout& dropout,
+                                                               int b, int h, int i, int j, int T,
+                                                               int NH) {
+  return dropout.factors(b, h, i, j, T, NH);
 }
 
 // The sum over the 4 lanes that hold one row (t = 0..3), in a fixed order.
@@ -265,10 +271,13 @@ __global__ void __launch_bounds__(kThreads)
       COLLAGE_UNROLL
       for (int nb = 0; nb < kKeyBlocks; nb++) {
         COLLAGE_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int j = k0 + fragment_column(nb, e);
-          if (s[nb].v[e] != 0.0f)
-            s[nb].v[e] *= dropout_factor(dropout, b, h, rows[e / 2], j, T, NH);
+        for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[r], columns j, j + 1
+          float &first = s[nb].v[2 * r], &second = s[nb].v[2 * r + 1];
+          if (first == 0.0f && second == 0.0f) continue;
+          const AttentionDropout::Pair f =
+              dropout_factor_pair(dropout, b, h, rows[r], k0 + fragment_column(nb, 0), T, NH);
+          first *= f.first;
+          second *= f.second;
         }
       }
     }
@@ -328,13 +337,16 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
       dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
     }
   }
-  if (dropout.p != 0.0f) {
+  if (dropout.p != 0.0f) {  // dP = F·(dout·vᵀ); where P = 0, dP was set to 0 above
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {
       COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const int j = k0 + fragment_column(nb, e);
-        if (s[nb].v[e] != 0.0f) dp[nb].v[e] *= dropout_factor(dropout, b, h, rows[e / 2], j, T, NH);
+      for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[r], columns j, j + 1
+        if (s[nb].v[2 * r] == 0.0f && s[nb].v[2 * r + 1] == 0.0f) continue;
+        const AttentionDropout::Pair f =
+            dropout_factor_pair(dropout, b, h, rows[r], k0 + fragment_column(nb, 0), T, NH);
+        dp[nb].v[2 * r] *= f.first;
+        dp[nb].v[2 * r + 1] *= f.second;
       }
     }
   }
