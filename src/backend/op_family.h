@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace collage {
 
@@ -49,6 +50,17 @@ struct OpFamilyTime {
   std::string family;
   double ms = 0;
   int64_t launches = 0;
+};
+
+// A profile's running sums per family, kept by each runtime's LaunchProfile.
+struct OpFamilyTotals {
+  std::array<double, kOpFamilies> ms{};
+  std::array<int64_t, kOpFamilies> launches{};
+  std::vector<OpFamilyTime> table() const {
+    std::vector<OpFamilyTime> rows;
+    for (int f = 0; f < kOpFamilies; f++) rows.push_back({kOpFamilyNames[f], ms[f], launches[f]});
+    return rows;
+  }
 };
 
 }  // namespace collage

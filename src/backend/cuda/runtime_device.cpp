@@ -137,8 +137,7 @@ constexpr size_t kProfiledLaunches = 4096;
 struct LaunchProfile {
   std::vector<cudaEvent_t> events;  // 2k and 2k + 1 around launch k; created once, reused
   std::vector<int> families;        // launch k's family, since the last fold
-  std::array<double, kOpFamilies> ms{};
-  std::array<int64_t, kOpFamilies> launches{};
+  OpFamilyTotals totals;
 };
 
 namespace {
@@ -151,7 +150,7 @@ void fold(CudaContext& cx, LaunchProfile& p) {
     float ms = 0;
     // A pair a failed launch left without its stop event reads as an error: skipped.
     if (cudaEventElapsedTime(&ms, p.events[2 * k], p.events[2 * k + 1]) == cudaSuccess)
-      p.ms[size_t(p.families[k])] += ms;
+      p.totals.ms[size_t(p.families[k])] += ms;
   }
   p.families.clear();
 }
@@ -162,8 +161,7 @@ void profile_start(CudaContext& cx) {
   if (!cx.profile_pool) cx.profile_pool = new LaunchProfile;
   LaunchProfile& p = *cx.profile_pool;
   p.families.clear();
-  p.ms = {};
-  p.launches = {};
+  p.totals = {};
   cx.profile = &p;
 }
 
@@ -172,10 +170,7 @@ std::vector<OpFamilyTime> profile_stop(CudaContext& cx) {
   LaunchProfile& p = *cx.profile;
   cx.profile = nullptr;
   fold(cx, p);
-  std::vector<OpFamilyTime> result;
-  for (int f = 0; f < kOpFamilies; f++)
-    result.push_back({kOpFamilyNames[f], p.ms[f], p.launches[f]});
-  return result;
+  return p.totals.table();
 }
 
 void profile_launch_begin(CudaContext& cx, const char* op) {
@@ -189,7 +184,7 @@ void profile_launch_begin(CudaContext& cx, const char* op) {
   }
   const int family = int(op_family(op));
   p.families.push_back(family);
-  p.launches[size_t(family)]++;
+  p.totals.launches[size_t(family)]++;
   check(cudaEventRecord(p.events[2 * k], cx.stream), "cudaEventRecord");
 }
 

@@ -82,8 +82,7 @@ struct LaunchProfile {
   using Clock = std::chrono::steady_clock;
   std::deque<std::array<Clock::time_point, 2>> stamps;  // launch k's start and stop (stable)
   std::vector<int> families;                            // launch k's family, since the last fold
-  std::array<double, kOpFamilies> ms{};
-  std::array<int64_t, kOpFamilies> launches{};
+  OpFamilyTotals totals;
 };
 
 namespace {
@@ -94,7 +93,7 @@ void fold(CudaContext& cx, LaunchProfile& p) {
   for (size_t k = 0; k < p.families.size(); k++) {
     const auto [start, stop] = p.stamps[k];
     if (stop > start)  // a refused launch queued no stop
-      p.ms[size_t(p.families[k])] +=
+      p.totals.ms[size_t(p.families[k])] +=
           std::chrono::duration<double, std::milli>(stop - start).count();
   }
   p.families.clear();
@@ -112,8 +111,7 @@ void profile_start(CudaContext& cx) {
   LaunchProfile& p = *cx.profile_pool;
   p.families.clear();
   p.stamps.clear();
-  p.ms = {};
-  p.launches = {};
+  p.totals = {};
   cx.profile = &p;
 }
 
@@ -122,10 +120,7 @@ std::vector<OpFamilyTime> profile_stop(CudaContext& cx) {
   LaunchProfile& p = *cx.profile;
   cx.profile = nullptr;
   fold(cx, p);
-  std::vector<OpFamilyTime> result;
-  for (int f = 0; f < kOpFamilies; f++)
-    result.push_back({kOpFamilyNames[f], p.ms[f], p.launches[f]});
-  return result;
+  return p.totals.table();
 }
 
 void profile_launch_begin(CudaContext& cx, const char* op) {
@@ -133,7 +128,7 @@ void profile_launch_begin(CudaContext& cx, const char* op) {
   if (p.families.size() == kProfiledLaunches) fold(cx, p);
   const int family = int(op_family(op));
   p.families.push_back(family);
-  p.launches[size_t(family)]++;
+  p.totals.launches[size_t(family)]++;
   p.stamps.push_back({});
   stamp(cx, &p.stamps.back()[0]);
 }
