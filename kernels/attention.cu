@@ -495,7 +495,7 @@ void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const b
   }
 }
 
-// `out` is not read: D_i is recomputed from the probabilities, as the cpu does.
+// `out` is read only by the tensor-core kernels, for D_i = dout_i·out_i.
 void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const bf16_t* out,
                         const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
                         int B, int T, int NH, int HS) {
@@ -504,18 +504,18 @@ void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const
 }
 
 void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout,
-                                const bf16_t* /*out*/, const bf16_t* qkv, const float* lse,
+                                const bf16_t* out, const bf16_t* qkv, const float* lse,
                                 const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                                 float p, uint64_t seed, uint64_t offset) {
   const Dropout dropout = make_dropout("attention_backward", p, seed, offset);
   if (!dqkv) return;  // null gradient: not computed
   check_shape(cx, "attention_backward", B, T, NH, HS);
-  COLLAGE_KERNEL_CHECK(dout && qkv && lse,
+  COLLAGE_KERNEL_CHECK(dout && out && qkv && lse,
                        "attention_backward: null tensor (B=%d T=%d NH=%d HS=%d)", B, T, NH, HS);
   float* delta = scratch<float>(cx, cx.scratch.attention_delta, size_t(B) * NH * T);  // (B, NH, T)
   if (tensor_cores_enabled() && flash_attention_serves(HS, qkv, dout) && aligned16(dqkv))
-    return flash_attention_backward(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH, HS,
-                                    dropout);
+    return flash_attention_backward(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T,
+                                    NH, HS, dropout);
   const Shape s = launch_shape(B, T, NH, HS);
   const float scale = 1.0f / std::sqrt(float(HS));
   switch (s.dims_per_lane) {

@@ -73,8 +73,8 @@ void flash_attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf1
                              const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                              const AttentionDropout& dropout);
 void flash_attention_backward(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
-                              const bf16_t* qkv, const float* lse, const int32_t* key_mask,
-                              bool causal, int B, int T, int NH, int HS,
+                              const bf16_t* out, const bf16_t* qkv, const float* lse,
+                              const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                               const AttentionDropout& dropout);
 
 COLLAGE_CUDA_VARIANT_END

@@ -7,7 +7,8 @@
 // __syncwarp, __shfl_*_sync, __ballot_sync, integer and float atomics, static __shared__
 // arrays, dynamic shared memory through COLLAGE_DYNAMIC_SHARED, the math functions of
 // <cmath> plus rsqrtf/__expf/__fdividef, 128-bit loads through Packed128, the tensor-core
-// instructions of kernels/mma.cuh (the only inline PTX), and launch() below instead of <<<>>>.
+// instructions of kernels/mma.cuh and the cp.async of kernels/async_copy.cuh (the only inline
+// PTX), and launch() below instead of <<<>>>.
 // No other inline PTX, no cooperative groups, no __constant__.
 //
 // The two builds put their symbols in different inline namespaces (collage::cuda::device and
@@ -159,6 +160,13 @@ struct Launch {
     cx.launches++;
     if (cx.profile) profile_launch_begin(cx, op);  // `collage bench --profile` only
 #if defined(__CUDACC__)
+    // Over 48 KiB of dynamic shared memory a kernel must opt in (up to 227 KiB on sm_90).
+    if (shared_bytes > (48u << 10)) {
+      const cudaError_t status = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes));
+      if (status != cudaSuccess)
+        throw_launch_error(op, cudaGetErrorString(status), grid, block, shared_bytes, where);
+    }
     kernel<<<grid, block, shared_bytes, cx.stream>>>(static_cast<Params>(args)...);
     const cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess)

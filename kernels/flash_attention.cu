@@ -8,14 +8,18 @@
 // warps 16 of them; the block stages each 64-key tile of k and v in shared memory (bf16 rows
 // padded by 8 elements, so the 8 row addresses of an ldmatrix fall in different banks) and the
 // warps read their B fragments from it with ldmatrix. dk, dv: a block takes 64 keys, a warp 16,
-// and the block stages tiles of kQueryTile queries of q and dout with their lse and D.
+// and the block stages tiles of kQueryTile queries of q and dout with their lse and D. Tiles
+// are double-buffered: cp.async (kernels/async_copy.cuh) fetches the next while the warps
+// multiply the current, one barrier per tile.
 // Fragments (src/simt/warp_matrix.h): a lane holds rows g = lane/4 and g + 8 of its warp's 16,
 // columns 2t and 2t + 1 (t = lane % 4) of every 8-column block; softmax statistics of a row are
 // reduced over the 4 lanes t = 0..3 that hold it.
 //
 //  forward: online softmax over the key tiles (as attention.cu), lse saved.
-//  dq: pass 1 over the key tiles sums D_i = Σ_j P_ij·dP_ij from the recomputed probabilities
-//    (as the cpu; saved in `delta`), pass 2 recomputes P and dP and accumulates dS·k.
+//  dq: D_i = dout_i·out_i (saved in `delta`), then over the key tiles recompute P and dP and
+//    accumulate dS·k. (The cpu and the SIMT kernels sum D_i = Σ_j P_ij·dP_ij, equal to
+//    dout_i·out_i since out_i = Σ_j Z_ij v_j; from the bf16 out it costs one pass over HS values
+//    instead of a second pass over the keys, as FlashAttention-2 does.)
 //  dk, dv: per query tile, recompute Pᵀ and dPᵀ (from k·qᵀ and v·doutᵀ), then accumulate
 //    Zᵀ·dout and dSᵀ·q.
 // Deterministic: every sum has a fixed order, and no atomics.
@@ -24,12 +28,13 @@
 // Zᵀ·dout and dSᵀ·q is computed in fp32 and rounded to bf16 for the tensor cores (as
 // FlashAttention and cuDNN do): each term then carries a relative error ≤ 2^-8, so an output
 // or gradient element differs from the SIMT kernels' and the cpu's by at most 2^-8 of the sum
-// of its terms' magnitudes (tests/cuda/flash_attention_test.cpp checks exactly that bound).
-// The softmax denominator and D sum the fp32 values; exponentials are math::exp_approx, lse
-// uses logf, as attention.cu.
+// of its terms' magnitudes, plus what D from the bf16 out adds to dS
+// (tests/cuda/flash_attention_test.cpp derives and checks exactly that bound). The softmax
+// denominator and D sum fp32 values; exponentials are exp2f (softmax_exp), lse uses logf.
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/async_copy.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/mma.cuh"
 
@@ -47,22 +52,20 @@ constexpr int kStride = kHeadSize + 8;  // row stride of a staged tile, bf16 ele
 template <int kHeadSize>
 constexpr int kQueryTile = kHeadSize == 64 ? 64 : 32;  // dk, dv: fewer accumulators at 128
 
-// Rows [first, first + kTileRows) of a (T, HS) matrix at `head` (row stride `row_stride`) into
-// `tile` (kTileRows, kStride); rows past T become zeros (0·v must stay 0, not NaN).
+// Starts copying rows [first, first + kTileRows) of a (T, HS) matrix at `head` (row stride
+// `row_stride`) into `tile` (kTileRows, kStride) with cp.async (kernels/async_copy.cuh); rows
+// past T become zeros (0·v must stay 0, not NaN). The caller commits and waits.
 template <int kHeadSize, int kTileRows>
-__device__ __forceinline__ void stage(bf16_t* tile, const bf16_t* head, int64_t row_stride,
-                                      int first, int T) {
-  constexpr int kChunks = kHeadSize / 8;
-  for (int e = threadIdx.x; e < kTileRows * kChunks; e += kThreads) {
-    const int r = e / kChunks, c = e % kChunks;
-    Packed128<bf16_t> packed;
-    if (first + r < T) {
-      packed = load128(head + (first + r) * row_stride + c * 8);
-    } else {
-      COLLAGE_UNROLL
-      for (int u = 0; u < 8; u++) packed.values[u] = to_bf16(0.0f);
-    }
-    store128(tile + r * kStride<kHeadSize> + c * 8, packed);
+__device__ __forceinline__ void stage_async(bf16_t* tile, const bf16_t* head, int64_t row_stride,
+                                            int first, int T) {
+  constexpr int kChunks = kHeadSize / 8;  // 16-byte chunks per row
+  static_assert(kTileRows * kChunks % kThreads == 0, "every thread copies as many chunks");
+  COLLAGE_UNROLL
+  for (int k = 0; k < kTileRows * kChunks / kThreads; k++) {
+    const int e = int(threadIdx.x) + k * kThreads, r = e / kChunks, c = e % kChunks;
+    const bool inside = first + r < T;
+    copy_async_16(tile + r * kStride<kHeadSize> + c * 8,
+                  head + (inside ? (first + r) * row_stride + c * 8 : 0), inside);
   }
 }
 
@@ -141,12 +144,16 @@ __device__ __forceinline__ void multiply_rounded(FragmentC (&acc)[kHeadSize / 8]
   }
 }
 
-// e^x for the softmax: exp2f(x·log2 e), a few instructions on a GPU (CUDA's exp2f, 2 ulp) where
-// math::exp_approx is a polynomial of ~25; the score work per element, not the tensor cores,
-// bounds these kernels. e^-inf = 0, which masks hidden scores without a test. The emulator
-// uses glibc's exp2f: the two differ by an ulp or two of fp32, far inside the tests' bounds.
+// e^(a·x - b) for the softmax, as 2^(x·a' - b') with a' = a·log2 e and b' = b·log2 e prepared
+// once per row or call: one fused multiply-add and CUDA's exp2f (2 ulp) per score, where
+// math::exp_approx is a polynomial of ~25 instructions; the score work per element, not the
+// tensor cores, bounds these kernels. e^-inf = 0, which masks hidden scores without a test.
+// The emulator uses fmaf and glibc's exp2f: an ulp or two of fp32 from the GPU's, far inside
+// the tests' bounds.
 constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float softmax_exp(float x) { return exp2f(x * kLog2e); }
+__device__ __forceinline__ float softmax_exp(float x, float a_log2e, float b_log2e) {
+  return exp2f(fmaf(x, a_log2e, -b_log2e));
+}
 
 // F_ij of dropout, kept out of line on the GPU: inlined into the unrolled fragment loops, the
 // Philox rounds would take the registers the accumulators need (and a call costs nothing
@@ -189,6 +196,31 @@ __device__ __forceinline__ void accumulate_pair(bf16_t* dst, float scale, float 
   dst[1] = to_bf16(to_float(dst[1]) + scale * second);
 }
 
+// The k and v tiles of the forward and dq kernels, double-buffered: while the warps work on the
+// tile in one buffer, cp.async fills the other with the next. Shared memory holds k(0), v(0),
+// k(1), v(1), each (kKeyTile, kStride).
+template <int kHeadSize>
+struct KeyTiles {
+  static constexpr int kElements = kKeyTile * kStride<kHeadSize>;
+  bf16_t* shared;
+  __device__ bf16_t* k(int buffer) const { return shared + 2 * buffer * kElements; }
+  __device__ bf16_t* v(int buffer) const { return shared + (2 * buffer + 1) * kElements; }
+  // Starts copying the key tile at k0 into `buffer` (one commit group).
+  __device__ void start(const HeadSlices& head, int k0, int buffer, int T) const {
+    stage_async<kHeadSize, kKeyTile>(k(buffer), head.k, head.row_stride, k0, T);
+    stage_async<kHeadSize, kKeyTile>(v(buffer), head.v, head.row_stride, k0, T);
+    copy_async_commit();
+  }
+  // At the top of the loop over key tiles: waits until the tile at k0 (in `buffer`) has landed
+  // and every warp is done with the previous one, then starts the one after it into the
+  // other buffer.
+  __device__ void next(const HeadSlices& head, int k0, int key_end, int buffer, int T) const {
+    copy_async_wait<0>();
+    __syncthreads();
+    if (k0 + kKeyTile < key_end) start(head, k0 + kKeyTile, buffer ^ 1, T);
+  }
+};
+
 // The query (forward, dq) or key (dk, dv) block of blockIdx.x: causal blocks late in the
 // sequence have the most tiles, so those start first.
 __device__ __forceinline__ int block_index(bool causal) {
@@ -209,25 +241,26 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
 
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
-  bf16_t* k_tile = shared;                                  // (kKeyTile, kStride)
-  bf16_t* v_tile = k_tile + kKeyTile * kStride<kHeadSize>;  // (kKeyTile, kStride)
+  const KeyTiles<kHeadSize> tiles{shared};
+  const int key_end = causal ? min(T, q0 + kRows) : T;  // keys any row of the block sees
 
-  // q, staged once through k_tile's space, kept as A fragments.
-  stage<kHeadSize, kRows>(k_tile, head.q, head.row_stride, q0, T);
+  // q, staged once through buffer 1's k tile, kept as A fragments; key tile 0 into buffer 0.
+  stage_async<kHeadSize, kRows>(tiles.k(1), head.q, head.row_stride, q0, T);
+  tiles.start(head, 0, 0, T);
+  copy_async_wait<0>();
   __syncthreads();
   FragmentA q[kSteps];
   COLLAGE_UNROLL
-  for (int step = 0; step < kSteps; step++) q[step] = load_a<kHeadSize>(k_tile, warp * 16, step);
+  for (int step = 0; step < kSteps; step++)
+    q[step] = load_a<kHeadSize>(tiles.k(1), warp * 16, step);
 
-  float running_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
+  const float scale_log2e = scale * kLog2e;
+  float running_max[2] = {kAttentionMinusInf, kAttentionMinusInf};  // of q·k, unscaled
   float lane_sum[2] = {0.0f, 0.0f};  // this lane's share of Σ p, rescaled with the max
   FragmentC o[kDimBlocks];
-  const int key_end = causal ? min(T, q0 + kRows) : T;  // keys any row of the block sees
-  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
-    __syncthreads();  // the previous tile (or q) is consumed
-    stage<kHeadSize, kKeyTile>(k_tile, head.k, head.row_stride, k0, T);
-    stage<kHeadSize, kKeyTile>(v_tile, head.v, head.row_stride, k0, T);
-    __syncthreads();
+  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kKeyTile, buffer ^= 1) {
+    tiles.next(head, k0, key_end, buffer, T);
+    const bf16_t *k_tile = tiles.k(buffer), *v_tile = tiles.v(buffer);
     FragmentC s[kKeyBlocks];
     multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
     // Scores, -inf where hidden: only tiles that reach past T, past the warp's first row
@@ -242,7 +275,7 @@ __global__ void __launch_bounds__(kThreads)
         const int r = e / 2, j = k0 + fragment_column(nb, e);
         const bool visible =
             !tile_masked || (j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j));
-        s[nb].v[e] = visible ? s[nb].v[e] * scale : kAttentionMinusInf;
+        s[nb].v[e] = visible ? s[nb].v[e] : kAttentionMinusInf;  // q·k, scaled in the exponent
         tile_max[r] = fmaxf(tile_max[r], s[nb].v[e]);
       }
     }
@@ -252,17 +285,17 @@ __global__ void __launch_bounds__(kThreads)
       new_max[r] = fmaxf(running_max[r], quad_max(tile_max[r]));
       // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0
       // instead of e^(-inf + inf) = NaN.
-      shift[r] = new_max[r] == kAttentionMinusInf ? 0.0f : new_max[r];
-      correction[r] = softmax_exp(running_max[r] - shift[r]);
+      shift[r] = (new_max[r] == kAttentionMinusInf ? 0.0f : new_max[r]) * scale_log2e;
+      correction[r] = softmax_exp(running_max[r], scale_log2e, shift[r]);
       running_max[r] = new_max[r];
       lane_sum[r] *= correction[r];
     }
-    // p = e^(S - m) (0 where hidden) into the sum; then Z = p·F replaces S for Z·v.
+    // p = e^(scale·(q·k - m)) (0 where hidden) into the sum; then Z = p·F replaces S for Z·v.
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {
       COLLAGE_UNROLL
       for (int e = 0; e < 4; e++) {
-        const float p = softmax_exp(s[nb].v[e] - shift[e / 2]);
+        const float p = softmax_exp(s[nb].v[e], scale_log2e, shift[e / 2]);
         lane_sum[e / 2] += p;
         s[nb].v[e] = p;
       }
@@ -305,7 +338,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (lane % 4 == 0)
       lse[(int64_t(b) * NH + h) * T + i] =
-          sees_any ? running_max[r] + logf(total) : kAttentionMinusInf;
+          sees_any ? running_max[r] * scale + logf(total) : kAttentionMinusInf;
   }
 }
 
@@ -322,10 +355,11 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
   const bool tile_masked = key_ok != nullptr || k0 + kKeyBlocks * 8 > T ||
                            (causal && k0 + kKeyBlocks * 8 - 1 > first_row);
   // e^(S - lse), with lse +inf in place of -inf so that such a row's P is e^-inf = 0.
-  float lse[2];
+  const float scale_log2e = scale * kLog2e;
+  float lse_log2e[2];
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++)
-    lse[r] = row_lse[r] == kAttentionMinusInf ? -kAttentionMinusInf : row_lse[r];
+    lse_log2e[r] = (row_lse[r] == kAttentionMinusInf ? -kAttentionMinusInf : row_lse[r]) * kLog2e;
   COLLAGE_UNROLL
   for (int nb = 0; nb < kKeyBlocks; nb++) {
     COLLAGE_UNROLL
@@ -333,7 +367,7 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
       const int r = e / 2, j = k0 + fragment_column(nb, e);
       const bool visible =
           !tile_masked || (j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j));
-      s[nb].v[e] = visible ? softmax_exp(s[nb].v[e] * scale - lse[r]) : 0.0f;
+      s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[r]) : 0.0f;
       dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
     }
   }
@@ -353,11 +387,12 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
 }
 
 // dq part of dqkv (B, T, 3C) += scale·dS·k; delta (B, NH, T) = D. Block (query block, h, b).
+// out (B, T, C) is the forward's output.
 template <int kHeadSize>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout, const bf16_t* qkv,
-                                const float* lse, const int32_t* key_mask, bool causal, int T,
-                                int NH, float scale, AttentionDropout dropout) {
+    flash_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout, const bf16_t* out,
+                                const bf16_t* qkv, const float* lse, const int32_t* key_mask,
+                                bool causal, int T, int NH, float scale, AttentionDropout dropout) {
   constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8, kKeyBlocks = kKeyTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -370,57 +405,52 @@ __global__ void __launch_bounds__(kThreads)
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
 
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
-  bf16_t* k_tile = shared;                                  // (kKeyTile, kStride)
-  bf16_t* v_tile = k_tile + kKeyTile * kStride<kHeadSize>;  // (kKeyTile, kStride)
+  const KeyTiles<kHeadSize> tiles{shared};
+  const int key_end = causal ? min(T, q0 + kRows) : T;
 
-  stage<kHeadSize, kRows>(k_tile, head.q, head.row_stride, q0, T);
-  stage<kHeadSize, kRows>(v_tile, dout_head, C, q0, T);
+  // q and dout, staged once through buffer 1, kept as A fragments; key tile 0 into buffer 0.
+  stage_async<kHeadSize, kRows>(tiles.k(1), head.q, head.row_stride, q0, T);
+  stage_async<kHeadSize, kRows>(tiles.v(1), dout_head, C, q0, T);
+  tiles.start(head, 0, 0, T);
+  float row_lse[2];
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) row_lse[r] = rows[r] < T ? lse_head[rows[r]] : kAttentionMinusInf;
+
+  // D_i = dout_i·out_i: each lane sums its quarter of the row (the columns of its fragments),
+  // the quad adds the four shares.
+  const bf16_t* out_head = out + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
+  float row_delta[2];
+  COLLAGE_UNROLL
+  for (int r = 0; r < 2; r++) {
+    float share = 0.0f;
+    if (rows[r] < T) {
+      const bf16_t *dy_row = dout_head + rows[r] * C, *out_row = out_head + rows[r] * C;
+      COLLAGE_UNROLL
+      for (int d = 2 * (lane % 4); d < kHeadSize; d += 8)
+        share += to_float(dy_row[d]) * to_float(out_row[d]) +
+                 to_float(dy_row[d + 1]) * to_float(out_row[d + 1]);
+    }
+    row_delta[r] = quad_sum(share);
+    if (lane % 4 == 0 && rows[r] < T) delta[(int64_t(b) * NH + h) * T + rows[r]] = row_delta[r];
+  }
+  copy_async_wait<0>();
   __syncthreads();
   FragmentA q[kSteps], dy[kSteps];
   COLLAGE_UNROLL
   for (int step = 0; step < kSteps; step++) {
-    q[step] = load_a<kHeadSize>(k_tile, warp * 16, step);
-    dy[step] = load_a<kHeadSize>(v_tile, warp * 16, step);
+    q[step] = load_a<kHeadSize>(tiles.k(1), warp * 16, step);
+    dy[step] = load_a<kHeadSize>(tiles.v(1), warp * 16, step);
   }
-  float row_lse[2];
-  COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) row_lse[r] = rows[r] < T ? lse_head[rows[r]] : kAttentionMinusInf;
-  const int key_end = causal ? min(T, q0 + kRows) : T;
 
-  // P and dP of the key tile at k0 for the warp's 16 queries (both passes recompute them).
-  auto tile_probabilities = [&](int k0, FragmentC(&s)[kKeyBlocks], FragmentC(&dp)[kKeyBlocks]) {
-    __syncthreads();  // the previous tile (or q, dout) is consumed
-    stage<kHeadSize, kKeyTile>(k_tile, head.k, head.row_stride, k0, T);
-    stage<kHeadSize, kKeyTile>(v_tile, head.v, head.row_stride, k0, T);
-    __syncthreads();
+  // dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j, P and dP recomputed per key tile.
+  FragmentC dq[kDimBlocks];
+  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kKeyTile, buffer ^= 1) {
+    tiles.next(head, k0, key_end, buffer, T);
+    const bf16_t *k_tile = tiles.k(buffer), *v_tile = tiles.v(buffer);
+    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
     multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
     multiply_by_rows<kHeadSize, kKeyTile>(dp, dy, v_tile);
     probabilities(s, dp, rows, row_lse, k0, b, h, key_ok, causal, T, NH, scale, dropout);
-  };
-
-  // Pass 1: D_i = Σ_j P_ij·dP_ij.
-  float lane_delta[2] = {0.0f, 0.0f};
-  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
-    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
-    tile_probabilities(k0, s, dp);
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) {
-      COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) lane_delta[e / 2] += s[nb].v[e] * dp[nb].v[e];
-    }
-  }
-  float row_delta[2];
-  COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) {
-    row_delta[r] = quad_sum(lane_delta[r]);
-    if (lane % 4 == 0 && rows[r] < T) delta[(int64_t(b) * NH + h) * T + rows[r]] = row_delta[r];
-  }
-
-  // Pass 2: dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j.
-  FragmentC dq[kDimBlocks];
-  for (int k0 = 0; k0 < key_end; k0 += kKeyTile) {
-    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
-    tile_probabilities(k0, s, dp);
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {  // dS = P (dP - D), into dp
       COLLAGE_UNROLL
@@ -446,7 +476,7 @@ __global__ void __launch_bounds__(kThreads)
                               int NH, float scale, AttentionDropout dropout) {
   constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8;
   constexpr int kTile = kQueryTile<kHeadSize>, kQueryBlocks = kTile / 8;
-  static_assert(2 * kTile >= kRows, "k and v are staged through the q and dout tiles");
+  static_assert(4 * kTile >= 2 * kRows, "k and v are staged through the q and dout tiles");
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
   const int key0 = block_index(causal) * kRows;
@@ -458,42 +488,67 @@ __global__ void __launch_bounds__(kThreads)
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
   const float* delta_head = delta + (int64_t(b) * NH + h) * T;
 
+  // Query tiles, double-buffered as the forward's key tiles: q(0), dout(0), q(1), dout(1), each
+  // (kTile, kStride), then their lse (2, kTile) and D (2, kTile).
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
-  bf16_t* q_tile = shared;                                // (kTile, kStride)
-  bf16_t* dy_tile = q_tile + kTile * kStride<kHeadSize>;  // (kTile, kStride)
-  float* tile_lse = reinterpret_cast<float*>(dy_tile + kTile * kStride<kHeadSize>);  // (kTile)
-  float* tile_delta = tile_lse + kTile;                                              // (kTile)
+  constexpr int kElements = kTile * kStride<kHeadSize>;
+  auto q_tile = [&](int buffer) { return shared + 2 * buffer * kElements; };
+  auto dy_tile = [&](int buffer) { return shared + (2 * buffer + 1) * kElements; };
+  float* stats = reinterpret_cast<float*>(shared + 4 * kElements);
+  auto tile_lse = [&](int buffer) { return stats + buffer * kTile; };
+  auto tile_delta = [&](int buffer) { return stats + (2 + buffer) * kTile; };
 
-  // The block's k and v rows as A fragments, staged one after the other through the tiles.
+  // The block's k and v rows, staged once through the tiles' space, kept as A fragments.
+  stage_async<kHeadSize, kRows>(shared, head.k, head.row_stride, key0, T);
+  stage_async<kHeadSize, kRows>(shared + kRows * kStride<kHeadSize>, head.v, head.row_stride, key0,
+                                T);
+  copy_async_commit();
+  copy_async_wait<0>();
+  __syncthreads();
   FragmentA k[kSteps], v[kSteps];
-  stage<kHeadSize, kRows>(q_tile, head.k, head.row_stride, key0, T);
-  __syncthreads();
   COLLAGE_UNROLL
-  for (int step = 0; step < kSteps; step++) k[step] = load_a<kHeadSize>(q_tile, warp * 16, step);
-  __syncthreads();
-  stage<kHeadSize, kRows>(q_tile, head.v, head.row_stride, key0, T);
-  __syncthreads();
-  COLLAGE_UNROLL
-  for (int step = 0; step < kSteps; step++) v[step] = load_a<kHeadSize>(q_tile, warp * 16, step);
+  for (int step = 0; step < kSteps; step++) {
+    k[step] = load_a<kHeadSize>(shared, warp * 16, step);
+    v[step] = load_a<kHeadSize>(shared + kRows * kStride<kHeadSize>, warp * 16, step);
+  }
   // A hidden key is seen by no query: its gradients get nothing added.
   bool key_seen[2];
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++) key_seen[r] = keys[r] < T && key_visible(key_ok, keys[r]);
 
+  // Starts copying query tile i0's q and dout into `buffer` (one commit group).
+  auto start = [&](int i0, int buffer) {
+    stage_async<kHeadSize, kTile>(q_tile(buffer), head.q, head.row_stride, i0, T);
+    stage_async<kHeadSize, kTile>(dy_tile(buffer), dout_head, C, i0, T);
+    copy_async_commit();
+  };
+  // Thread tid < kTile holds lse·log2 e and D of query i0 + tid (-inf and 0 past T), loaded a
+  // tile ahead into registers and stored when the warps are done with the tile.
+  auto lse_of = [&](int i) { return i < T ? lse_head[i] * kLog2e : kAttentionMinusInf; };
+  auto delta_of = [&](int i) { return i < T ? delta_head[i] : 0.0f; };
+
+  const float scale_log2e = scale * kLog2e;
   FragmentC dk[kDimBlocks], dv[kDimBlocks];
   const int first_query = causal ? key0 : 0;  // queries before the block's first key see none
-  for (int i0 = first_query; i0 < T; i0 += kTile) {
-    __syncthreads();  // the previous tile (or k, v) is consumed
-    stage<kHeadSize, kTile>(q_tile, head.q, head.row_stride, i0, T);
-    stage<kHeadSize, kTile>(dy_tile, dout_head, C, i0, T);
-    for (int e = threadIdx.x; e < kTile; e += kThreads) {
-      tile_lse[e] = i0 + e < T ? lse_head[i0 + e] : kAttentionMinusInf;
-      tile_delta[e] = i0 + e < T ? delta_head[i0 + e] : 0.0f;
+  const int tid = int(threadIdx.x);
+  __syncthreads();  // every warp holds k and v: query tile 0 may overwrite them
+  start(first_query, 0);
+  if (tid < kTile)
+    tile_lse(0)[tid] = lse_of(first_query + tid), tile_delta(0)[tid] = delta_of(first_query + tid);
+  for (int i0 = first_query, buffer = 0; i0 < T; i0 += kTile, buffer ^= 1) {
+    copy_async_wait<0>();  // this thread's copies of the tile at i0
+    __syncthreads();       // everyone's; every warp is done with the previous tile
+    const bool more = i0 + kTile < T;
+    float next_lse = kAttentionMinusInf, next_delta = 0.0f;
+    if (more) {
+      start(i0 + kTile, buffer ^ 1);
+      if (tid < kTile) next_lse = lse_of(i0 + kTile + tid), next_delta = delta_of(i0 + kTile + tid);
     }
-    __syncthreads();
+    const bf16_t *q_rows = q_tile(buffer), *dy_rows = dy_tile(buffer);
+    const float *row_lse = tile_lse(buffer), *row_delta = tile_delta(buffer);
     FragmentC s[kQueryBlocks], dp[kQueryBlocks];  // k·qᵀ and v·doutᵀ: (16 keys, kTile queries)
-    multiply_by_rows<kHeadSize, kTile>(s, k, q_tile);
-    multiply_by_rows<kHeadSize, kTile>(dp, v, dy_tile);
+    multiply_by_rows<kHeadSize, kTile>(s, k, q_rows);
+    multiply_by_rows<kHeadSize, kTile>(dp, v, dy_rows);
     // Queries before the warp's first key or past T, a key mask, or a query that saw nothing
     // need the per-element test.
     const bool tile_masked = !key_seen[0] || !key_seen[1] || key_ok != nullptr || i0 + kTile > T ||
@@ -503,10 +558,10 @@ __global__ void __launch_bounds__(kThreads)
       COLLAGE_UNROLL
       for (int e = 0; e < 4; e++) {
         const int r = e / 2, j = keys[r], ii = fragment_column(nb, e), i = i0 + ii;
-        const float lse = tile_lse[ii];  // -inf only where tile_masked (a key mask, past T)
+        const float lse_log2e = row_lse[ii];  // -inf only where tile_masked (a key mask, past T)
         const bool visible = !tile_masked || (key_seen[r] && i < T && (!causal || j <= i) &&
-                                              lse != kAttentionMinusInf);
-        s[nb].v[e] = visible ? softmax_exp(s[nb].v[e] * scale - lse) : 0.0f;  // P
+                                              lse_log2e != kAttentionMinusInf);
+        s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e) : 0.0f;  // P
       }
     }
     // Z = P·F for dv; dS = P (F·dZ - D) for dk (F = 1 without dropout).
@@ -521,11 +576,13 @@ __global__ void __launch_bounds__(kThreads)
         if (dropping && p != 0.0f)
           factor = dropout_factor(dropout, b, h, i0 + ii, keys[e / 2], T, NH);
         s[nb].v[e] = p * factor;
-        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - tile_delta[ii]);
+        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - row_delta[ii]);
       }
     }
-    multiply_rounded<kHeadSize, kTile>(dv, s, dy_tile);
-    multiply_rounded<kHeadSize, kTile>(dk, dp, q_tile);
+    multiply_rounded<kHeadSize, kTile>(dv, s, dy_rows);
+    multiply_rounded<kHeadSize, kTile>(dk, dp, q_rows);
+    if (more && tid < kTile)
+      tile_lse(buffer ^ 1)[tid] = next_lse, tile_delta(buffer ^ 1)[tid] = next_delta;
   }
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++) {
@@ -541,10 +598,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-size_t forward_shared_bytes(int HS) { return 2 * size_t(kKeyTile) * (HS + 8) * sizeof(bf16_t); }
+// Two buffers of two tiles (KeyTiles; the dk, dv kernel's query tiles and their lse and D).
+size_t forward_shared_bytes(int HS) { return 4 * size_t(kKeyTile) * (HS + 8) * sizeof(bf16_t); }
 size_t backward_key_shared_bytes(int HS) {
   const int tile = HS == 64 ? kQueryTile<64> : kQueryTile<128>;
-  return 2 * size_t(tile) * (HS + 8) * sizeof(bf16_t) + 2 * size_t(tile) * sizeof(float);
+  return 4 * size_t(tile) * (HS + 8) * sizeof(bf16_t) + 4 * size_t(tile) * sizeof(float);
 }
 
 dim3 grid_of(int B, int T, int NH) {
@@ -563,12 +621,13 @@ void forward_launch(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
 
 template <int kHeadSize>
 void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
-                     const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
-                     int B, int T, int NH, const AttentionDropout& dropout) {
+                     const bf16_t* out, const bf16_t* qkv, const float* lse,
+                     const int32_t* key_mask, bool causal, int B, int T, int NH,
+                     const AttentionDropout& dropout) {
   const float scale = 1.0f / std::sqrt(float(kHeadSize));
   launch(cx, "attention_backward (dq)", flash_backward_query_kernel<kHeadSize>, grid_of(B, T, NH),
-         dim3(kThreads), forward_shared_bytes(kHeadSize))(dqkv, delta, dout, qkv, lse, key_mask,
-                                                          causal, T, NH, scale, dropout);
+         dim3(kThreads), forward_shared_bytes(kHeadSize))(dqkv, delta, dout, out, qkv, lse,
+                                                          key_mask, causal, T, NH, scale, dropout);
   launch(cx, "attention_backward (dk, dv)", flash_backward_key_kernel<kHeadSize>, grid_of(B, T, NH),
          dim3(kThreads), backward_key_shared_bytes(kHeadSize))(
       dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout);
@@ -588,13 +647,14 @@ void flash_attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf1
 }
 
 void flash_attention_backward(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
-                              const bf16_t* qkv, const float* lse, const int32_t* key_mask,
-                              bool causal, int B, int T, int NH, int HS,
+                              const bf16_t* out, const bf16_t* qkv, const float* lse,
+                              const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                               const AttentionDropout& dropout) {
   if (HS == 64)
-    return backward_launch<64>(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH,
+    return backward_launch<64>(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH,
                                dropout);
-  return backward_launch<128>(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH, dropout);
+  return backward_launch<128>(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH,
+                              dropout);
 }
 
 COLLAGE_CUDA_VARIANT_END

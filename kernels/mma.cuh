@@ -3,7 +3,8 @@
 // bf16 operands and fp32 accumulators, and ldmatrix to load them from shared memory. Under
 // nvcc each function is one PTX instruction (inline asm); under g++ it is the host emulator's
 // warp collective with the same fragment layout (src/simt/warp_matrix.h, which spells the
-// layouts out). This header is the only place kernels use inline PTX.
+// layouts out). This header and kernels/async_copy.cuh are the only places kernels use inline
+// PTX.
 //
 // Every lane of the warp must call these together (.sync.aligned), so a kernel never calls them
 // under a lane-dependent condition.

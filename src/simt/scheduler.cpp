@@ -318,6 +318,10 @@ void Scheduler::block_current() {
 
 void Scheduler::exit_current() {
   Fiber& self = *current_;
+  if (!self.async_copies.empty())
+    fault("exited with %zu cp.async copies never waited for (cp.async.wait_group)",
+          self.async_copies.size());
+  self.async_groups = 0;
   self.state = FiberState::done;
   clear_ready(self.index);
   --live_;

@@ -16,6 +16,14 @@ namespace simt::detail {
 
 enum class FiberState : uint8_t { ready, barrier, warp, done };
 
+// A cp.async copy in flight (src/simt/async_copy.h): done when its thread waits for its group.
+struct AsyncCopy {
+  void* destination;
+  const void* source;
+  uint32_t bytes, source_bytes;  // source_bytes < bytes: the rest is zero-filled
+  uint32_t group;                // the commit group it joins: the thread's commits before it
+};
+
 struct Fiber {
   boost::context::detail::fcontext_t context = nullptr;
   char* stack = nullptr;  // lowest usable byte (the guard page is just below)
@@ -31,6 +39,9 @@ struct Fiber {
   int argument = 0, width = 32;
   uint64_t value = 0, result = 0;
   WarpExchange exchange = nullptr;  // WarpOp::exchange: the completion to run
+  // cp.async: copies not yet done, in issue order, and the groups committed so far.
+  std::vector<AsyncCopy> async_copies;
+  uint32_t async_groups = 0;
 };
 
 struct Warp {
@@ -58,6 +69,7 @@ class Scheduler {
   uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int argument, int width,
                            WarpExchange exchange);
   void* dynamic_shared_memory() const { return shared_; }
+  Fiber& current_fiber() const { return *current_; }
 
   // Prints "simt: <kernel, block, thread>: <message>" and aborts (a kernel bug, as a GPU fault).
   [[noreturn]] void fault(const char* format, ...) __attribute__((format(printf, 2, 3)));

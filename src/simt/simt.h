@@ -54,6 +54,7 @@
 #include <tuple>
 #include <utility>
 
+#include "simt/async_copy.h"
 #include "simt/collectives.h"
 #include "simt/cuda_types.h"
 #include "simt/device_functions.h"

@@ -4,20 +4,27 @@
 // query 0 sees nothing), with and without dropout, on sequences shorter than one 64-row tile,
 // of exactly one, and of several with a partial last tile.
 //
-// Tolerances, derived. The kernels differ from the cpu in two ways:
+// Tolerances, derived. The kernels differ from the cpu in three ways:
 //  1. Summation order, as the SIMT kernels (tests/cuda/attention_test.cpp derives these): lse
 //     within 1e-5 absolute; an output or gradient's fp32 value within ~1e-5 of the sum of its
 //     terms' magnitudes, and for gradients 1e-5·G (G the largest gradient of its part, q, k or
-//     v) for the error that P, dP and D bring in.
+//     v) for the error that P, dP and the cpu's D bring in.
 //  2. The computed left factor of Z·v, dS·k, Zᵀ·dout and dSᵀ·q is rounded to bf16 before the
 //     tensor cores multiply: |rn(x) - x| ≤ 2^-8·|x| (bf16 keeps 8 significant bits), so an element
 //     moves by at most
 //     2^-8·Σ|term| over its terms: Σ_j Z_ij·|v_jd| for out, scale·Σ_j |dS_ij·k_jd| for dq,
 //     scale·Σ_i |dS_ij·q_id| for dk, Σ_i Z_ij·|dout_id| for dv.
+//  3. D_i = dout_i·out_i from the bf16 out (the cpu sums P_ij·dP_ij; both equal Σ_j Z_ij·dZ_ij).
+//     The kernels' out_d is within (2^-8 + 1e-5)·Σ|term| of the exact value before its bf16
+//     rounding (point 2) and within 2^-8·|out_d| ≤ 2^-8·Σ|term| after, so
+//     |ΔD_i| ≤ ε_i = (2^-7 + 3e-5)·Σ_d |dout_id|·Σ_j Z_ij·|v_jd| (3e-5 covering the fp32 dot).
+//     dS_ij = P_ij·(dP_ij - D_i) then moves by P_ij·ε_i: dq_id by scale·Σ_j P_ij·ε_i·|k_jd|
+//     and dk_jd by scale·Σ_i P_ij·ε_i·|q_id|, added to their bounds as they are.
 // Each Σ|term| is computed here in float64 from the inputs (with the backends' own dropout
 // numbers). Both results are rounded to bf16 at the end, so |got - want| ≤
-// (2^-8 + 1e-5)·Σ|term| [+ 1e-5·G] + 2^-7·max(|got|, |want|). The bound is a worst case (all
-// rounding errors of one sign); the report prints how much of it the largest error used.
+// (2^-8 + 1e-5)·Σ|term| [+ 1e-5·G + D's share] + 2^-7·max(|got|, |want|). The bound is a worst
+// case (all rounding errors of one sign); the report prints how much of it the largest error
+// used.
 // What must be exact: a query that sees no key has out 0, lse -inf and an unchanged dq row; a
 // hidden key has unchanged dk, dv rows.
 #include <cstdio>
@@ -36,9 +43,9 @@ const Case kCases[] = {{2, 37, 2, 64}, {1, 64, 1, 128}, {1, 130, 1, 64}, {1, 70,
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
 // Σ|term| of every output and gradient element (float64), laid out as out (B, T, C) and
-// dqkv (B, T, 3C).
+// dqkv (B, T, 3C); from_delta: what D's error can add to each dqkv element (point 3).
 struct TermSums {
-  std::vector<double> out, dqkv;
+  std::vector<double> out, dqkv, from_delta;
 };
 
 TermSums term_sums(const Case& c, const std::vector<bf16>& qkv_bits,
@@ -54,8 +61,10 @@ TermSums term_sums(const Case& c, const std::vector<bf16>& qkv_bits,
   const double scale = 1.0 / std::sqrt(double(c.HS));
   const float keep_scale = math::dropout_keep_scale(p);
   TermSums sums{std::vector<double>(size_t(c.B) * T * C),
+                std::vector<double>(size_t(c.B) * T * 3 * C),
                 std::vector<double>(size_t(c.B) * T * 3 * C)};
   std::vector<double> P(size_t(T) * T), F(size_t(T) * T), dS(size_t(T) * T);
+  std::vector<double> out_terms(size_t(T) * c.HS), eps(T);
   for (int b = 0; b < c.B; b++) {
     for (int h = 0; h < c.NH; h++) {
       for (int i = 0; i < T; i++) {
@@ -86,21 +95,35 @@ TermSums term_sums(const Case& c, const std::vector<bf16>& qkv_bits,
         for (int j = 0; j < T; j++)
           dS[size_t(i) * T + j] = P[size_t(i) * T + j] * (dS[size_t(i) * T + j] - D);
       }
+      for (int i = 0; i < T; i++) {  // Σ_j Z_ij·|v_jd|, then ε_i
+        eps[i] = 0;
+        for (int d = 0; d < c.HS; d++) {
+          double out = 0;
+          for (int j = 0; j < T; j++)
+            out += P[size_t(i) * T + j] * F[size_t(i) * T + j] * std::fabs(qkv(b, j, 2, h, d));
+          out_terms[size_t(i) * c.HS + d] = out;
+          eps[i] += std::fabs(dout(b, i, h, d)) * out;
+        }
+        eps[i] *= std::ldexp(1.0, -7) + 3e-5;
+      }
       for (int i = 0; i < T; i++) {
         for (int d = 0; d < c.HS; d++) {
-          double out = 0, dq = 0, dk = 0, dv = 0;
+          double dq = 0, dk = 0, dv = 0, dq_delta = 0, dk_delta = 0;
           for (int j = 0; j < T; j++) {
             const size_t ij = size_t(i) * T + j, ji = size_t(j) * T + i;
-            out += P[ij] * F[ij] * std::fabs(qkv(b, j, 2, h, d));
             dq += scale * std::fabs(dS[ij] * qkv(b, j, 1, h, d));
             dk += scale * std::fabs(dS[ji] * qkv(b, j, 0, h, d));  // key i, over queries j
             dv += P[ji] * F[ji] * std::fabs(dout(b, j, h, d));
+            dq_delta += scale * P[ij] * eps[i] * std::fabs(qkv(b, j, 1, h, d));
+            dk_delta += scale * P[ji] * eps[j] * std::fabs(qkv(b, j, 0, h, d));
           }
           const size_t row = size_t(b) * T + i;
-          sums.out[row * C + h * c.HS + d] = out;
+          sums.out[row * C + h * c.HS + d] = out_terms[size_t(i) * c.HS + d];
           sums.dqkv[row * 3 * C + h * c.HS + d] = dq;
           sums.dqkv[row * 3 * C + C + h * c.HS + d] = dk;
           sums.dqkv[row * 3 * C + 2 * C + h * c.HS + d] = dv;
+          sums.from_delta[row * 3 * C + h * c.HS + d] = dq_delta;
+          sums.from_delta[row * 3 * C + C + h * c.HS + d] = dk_delta;
         }
       }
     }
@@ -108,16 +131,17 @@ TermSums term_sums(const Case& c, const std::vector<bf16>& qkv_bits,
   return sums;
 }
 
-// |got - want| ≤ (2^-8 + 1e-5)·Σ|term| + floor + 2^-7·max(|got|, |want|) for elements
-// [begin, end) stepping by `stride` blocks of `width`; returns the largest fraction of the bound.
+// |got - want| ≤ (2^-8 + 1e-5)·Σ|term| + floor + extra + 2^-7·max(|got|, |want|) for the
+// elements at `indices` (extra per element, or none); returns the largest fraction of the bound.
 double check_bound(const std::vector<bf16>& got, const std::vector<bf16>& want,
-                   const std::vector<double>& sums, double floor, const char* what,
-                   const std::vector<size_t>& indices) {
+                   const std::vector<double>& sums, const std::vector<double>* extra, double floor,
+                   const char* what, const std::vector<size_t>& indices) {
   double worst = 0;
   int misses = 0;
   for (size_t i : indices) {
     const double g = bf16_to_float(got[i]), w = bf16_to_float(want[i]);
     const double bound = (std::ldexp(1.0, -8) + 1e-5) * sums[i] + floor +
+                         (extra ? (*extra)[i] : 0.0) +
                          std::ldexp(std::max(std::fabs(g), std::fabs(w)), -7);
     const double diff = std::fabs(g - w);
     if (bound > 0) worst = std::max(worst, diff / bound);
@@ -175,7 +199,7 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
   }
   std::vector<size_t> all_out(out_count);
   for (size_t i = 0; i < out_count; i++) all_out[i] = i;
-  const double out_used = check_bound(got_out, want_out, sums.out, 0.0, "out", all_out);
+  const double out_used = check_bound(got_out, want_out, sums.out, nullptr, 0.0, "out", all_out);
   double used[3];
   const char* names[3] = {"dq", "dk", "dv"};
   for (int part = 0; part < 3; part++) {
@@ -188,7 +212,8 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
         G = std::max(G, std::fabs(double(bf16_to_float(want_dx[i])) - bf16_to_float(dqkv0[i])));
       }
     }
-    used[part] = check_bound(got_dx, want_dx, sums.dqkv, 1e-5 * G, names[part], indices);
+    used[part] =
+        check_bound(got_dx, want_dx, sums.dqkv, &sums.from_delta, 1e-5 * G, names[part], indices);
   }
   std::printf(
       "  B=%d T=%d NH=%d HS=%d causal=%d masked=%d p=%.2f: |dlse| %.1e; largest error as a "
