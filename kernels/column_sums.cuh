@@ -4,8 +4,13 @@
 //  1. column_partials_kernel: the rows are cut into chunks of kColumnChunkRows; block
 //     (chunk, column tile) has one thread per column, which sums its column over the chunk's
 //     rows in row order (fp32) and writes the partial to partials (kSums, chunks, C).
-//  2. column_totals_kernel: one thread per column adds the chunks' partials in chunk order
-//     (fp32) and accumulates the total into the bf16 gradient with one rounding.
+//  2. column_totals_kernel: block (column tile of 32) has kTotalsSlices threads per column;
+//     slice y adds the chunks y, y + kTotalsSlices, ... in order (fp32), then one thread per
+//     column adds the slices' sums in slice order and accumulates the total into the bf16
+//     gradient with one rounding. (It was one thread per column over every chunk: for GPT-2's
+//     N = 16384, C = 768 that is 3 blocks of 768 threads each walking 512 dependent adds per
+//     sum, a latency-bound tail after every layernorm and bias backward; now 24 blocks of 512
+//     threads, 32 adds each. Predicted, not measured: tens of µs down to a few per call.)
 // The chunking depends only on N, so every run (and the emulator) adds in the same order.
 // The cpu backend sums each column over all rows in row order (src/backend/cpu/layernorm.cpp,
 // src/backend/cpu/matmul.cpp): the same terms, associated differently.
@@ -42,18 +47,30 @@ template <int kSums>
 struct ColumnGrads {
   bf16_t* grads[kSums];
 };
+constexpr int kTotalsColumns = kWarpSize;  // columns of one block: a warp's coalesced row
+constexpr int kTotalsSlices = 16;          // threads per column, each over every 16th chunk
 template <int kSums>
 __global__ void column_totals_kernel(ColumnGrads<kSums> out, const float* partials, int64_t chunks,
                                      int C) {
-  const int c = int(blockIdx.x) * blockDim.x + threadIdx.x;  // the column this thread owns
-  if (c >= C) return;
+  // This thread's column c and slice y (chunks y, y + kTotalsSlices, ...).
+  __shared__ float slice_sums[kTotalsSlices][kTotalsColumns];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int c = int(blockIdx.x) * kTotalsColumns + x;
   for (int s = 0; s < kSums; s++) {
     bf16_t* grad = out.grads[s];
-    if (!grad) continue;
+    if (!grad) continue;  // the same for the whole block
     const float* column = partials + s * chunks * C + c;
     float total = 0.0f;
-    for (int64_t chunk = 0; chunk < chunks; chunk++) total += column[chunk * C];
-    grad[c] = to_bf16(to_float(grad[c]) + total);
+    if (c < C)
+      for (int64_t chunk = y; chunk < chunks; chunk += kTotalsSlices) total += column[chunk * C];
+    slice_sums[y][x] = total;
+    __syncthreads();
+    if (y == 0 && c < C) {
+      float sum = slice_sums[0][x];
+      for (int slice = 1; slice < kTotalsSlices; slice++) sum += slice_sums[slice][x];
+      grad[c] = to_bf16(to_float(grad[c]) + sum);
+    }
+    __syncthreads();  // slice_sums is reused by the next s
   }
 }
 
@@ -73,8 +90,8 @@ void column_sums(CudaContext& cx, const char* op, const Terms& terms, int64_t N,
       scratch<float>(cx, cx.scratch.column_partials, size_t(Terms::kSums) * chunks * C);
   launch(cx, op, column_partials_kernel<Terms>, dim3(unsigned(chunks), unsigned(column_tiles)),
          dim3(kColumnThreads))(partials, terms, N, C);
-  launch(cx, op, column_totals_kernel<Terms::kSums>, dim3(unsigned(column_tiles)),
-         dim3(kColumnThreads))(out, partials, chunks, C);
+  launch(cx, op, column_totals_kernel<Terms::kSums>, dim3(unsigned(ceil_div(C, kTotalsColumns))),
+         dim3(kTotalsColumns, kTotalsSlices))(out, partials, chunks, C);
 }
 
 }  // namespace

@@ -312,13 +312,15 @@ TEST(CudaLayernorm, BackwardAccumulatesLikeCpu) {
   worst.print("layernorm_backward", false);
 }
 
-// bias_backward through matmul_backward with only dbias wanted (no GEMM runs then).
+// bias_backward through matmul_backward with only dbias wanted (no GEMM runs then). N = 1000:
+// 32 row chunks, more than the totals' 16 slices, so each slice adds two chunks.
 TEST(CudaBias, BackwardAccumulatesColumnSumsLikeCpu) {
   BackendPair pair;
   Rng rng(24);
   Worst worst;
   for (int OC : kColumns) {
-    for (int64_t N : {int64_t(1), int64_t(5), int64_t(32), int64_t(33), int64_t(100)}) {
+    for (int64_t N :
+         {int64_t(1), int64_t(5), int64_t(32), int64_t(33), int64_t(100), int64_t(1000)}) {
       const std::string what = shape("bias_backward", N, OC);
       const std::vector<bf16> dy = random_values<bf16>(rng, size_t(N * OC));
       const std::vector<bf16> db0 = random_values<bf16>(rng, size_t(OC));
