@@ -190,8 +190,9 @@ TEST(CudaOptimizer, EveryStrategyBitIdenticalToCpu) {
 }
 
 // Several tensors stepped before one synchronize, each into its own EdqSums (as the trainer
-// does), a tensor of many blocks (n = 70001: 274 blocks; the cpu: 5 chunks), and an empty
-// tensor that adds nothing.
+// does), a tensor of many blocks (n = 70001: 35 blocks of 8-element groups, the last of which
+// to finish adds the blocks' EDQ sums; the cpu: 5 chunks), and an empty tensor that adds
+// nothing.
 TEST(CudaOptimizer, QueuedStepsFillTheirOwnEdqSums) {
   BackendPair pair;
   Rng rng(52);
