@@ -15,14 +15,7 @@
 //
 // One block per row. Both fused kernels first compute the row's statistics (row_statistics: the
 // max, Σ exp(x − max) and the target's logit), then use them; the backward recomputes them rather
-// than keeping state between the calls. When the logits are 16-byte aligned rows of at most
-// kCachedPackets·kCachedThreads·8 columns (GPT-2's 50304 is), both run the *_cached kernels:
-// 1024 threads per row, each holding its ≤ 7 Packed128 of the row in registers, so the backward
-// reads the logits from memory once (statistics and gradient from the same registers) instead
-// of twice. For N = 16384 rows of 50304 bf16 (1.65 GB) that is one 1.65 GB pass of its four
-// (read x twice, read and write dx): predicted, not measured, ~0.6 ms of an H100's ~2.3 ms
-// backward. The forward shares the cached statistics so that its loss and the backward's lse
-// come from the same sums. Targets are checked by the model on the host: here a
+// than keeping state between the calls. Targets are checked by the model on the host: here a
 // target < 0 is ignored (loss 0, no gradient), and so is a target ≥ V (the kernel cannot
 // throw; it must only not read outside the row).
 #include <cmath>
@@ -37,13 +30,8 @@ namespace {
 constexpr int kCrossEntropyThreads = 256;
 constexpr int kCrossEntropyWarps = kCrossEntropyThreads / kWarpSize;
 constexpr int kVector = Packed128<bf16_t>::size;  // 8 bf16 in one 128-bit access
-// The register-cached kernels: a whole row in registers, kCachedPackets Packed128 per thread.
-constexpr int kCachedThreads = 1024;
-constexpr int kCachedPackets = 7;
-constexpr int kCachedMaxColumns = kCachedThreads * kCachedPackets * kVector;  // 57344
-constexpr int kMaxWarps = kCachedThreads / kWarpSize;
 // row_statistics' shared memory: the warps' maxima and sums, then the row's three values.
-constexpr int kStatisticsShared = 2 * kMaxWarps + 3;
+constexpr int kStatisticsShared = 2 * kCrossEntropyWarps + 3;
 
 // The statistics of one row (or of one shard of a row's columns).
 struct RowStatistics {
@@ -77,14 +65,32 @@ __device__ __forceinline__ void fold(float& max, float& sum, const float (&x)[n]
   for (int k = 0; k < n && k < valid; k++) sum += math::exp_approx(x[k] - max);
 }
 
-// The row's statistics from every thread's (max, sum) over its columns, by the whole block;
-// valid in every thread. shared: the kernel's kStatisticsShared floats.
-__device__ RowStatistics reduce_row_statistics(float max, float sum, const bf16_t* x, int V,
-                                               int target, float* shared) {
-  float* warp_max = shared;                // (warps)
-  float* warp_sums = shared + kMaxWarps;   // (warps)
-  float* result = shared + 2 * kMaxWarps;  // max, Σ exp, target logit
+// The statistics of row x (V columns used), by the whole block; valid in every thread.
+// kVectorized: columns in Packed128 groups of 8 (x 16-byte aligned). shared: the kernel's
+// kStatisticsShared floats.
+//
+// The vocab-parallel (tensor-parallel) version does not use it: it needs the global max before
+// the Σ exp so that the ranks' sums add with a plain all-reduce (cross_entropy_shard_* below).
+template <bool kVectorized>
+__device__ RowStatistics row_statistics(const bf16_t* x, int V, int target, float* shared) {
+  float* warp_max = shared;                         // (warps)
+  float* warp_sums = shared + kCrossEntropyWarps;   // (warps)
+  float* result = shared + 2 * kCrossEntropyWarps;  // max, Σ exp, target logit
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  float max = -INFINITY, sum = 0.0f;
+  if constexpr (kVectorized) {
+    for (int j = tid * kVector; j < V; j += blockDim.x * kVector) {
+      const Packed128<bf16_t> packed = load128(x + j);
+      float values[kVector];
+      for (int k = 0; k < kVector; k++) values[k] = to_float(packed.values[k]);
+      fold(max, sum, values, V - j);  // the last group may reach into the padding
+    }
+  } else {
+    for (int j = tid; j < V; j += blockDim.x) {
+      const float values[1] = {to_float(x[j])};
+      fold(max, sum, values, 1);
+    }
+  }
   // Across the warp (a fixed butterfly), then across the warps in order.
   for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
     const float other_max = __shfl_xor_sync(0xffffffffu, max, offset);
@@ -102,62 +108,6 @@ __device__ RowStatistics reduce_row_statistics(float max, float sum, const bf16_
   }
   __syncthreads();
   return {result[0], result[1], result[2]};
-}
-
-// The statistics of row x (V columns used), by the whole block; valid in every thread.
-// kVectorized: columns in Packed128 groups of 8 (x 16-byte aligned). shared: the kernel's
-// kStatisticsShared floats.
-//
-// The vocab-parallel (tensor-parallel) version does not use it: it needs the global max before
-// the Σ exp so that the ranks' sums add with a plain all-reduce (cross_entropy_shard_* below).
-template <bool kVectorized>
-__device__ RowStatistics row_statistics(const bf16_t* x, int V, int target, float* shared) {
-  float max = -INFINITY, sum = 0.0f;
-  if constexpr (kVectorized) {
-    for (int j = threadIdx.x * kVector; j < V; j += blockDim.x * kVector) {
-      const Packed128<bf16_t> packed = load128(x + j);
-      float values[kVector];
-      for (int k = 0; k < kVector; k++) values[k] = to_float(packed.values[k]);
-      fold(max, sum, values, V - j);  // the last group may reach into the padding
-    }
-  } else {
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-      const float values[1] = {to_float(x[j])};
-      fold(max, sum, values, 1);
-    }
-  }
-  return reduce_row_statistics(max, sum, x, V, target, shared);
-}
-
-// Row x (V ≤ kCachedMaxColumns columns used, 16-byte aligned) into this thread's registers:
-// packet k holds columns (threadIdx.x + k·kCachedThreads)·8 .. +8, the order in which
-// row_statistics<true> visits them with kCachedThreads threads. Packets at or past V are not
-// loaded (nor used).
-struct RowCache {
-  Packed128<bf16_t> packets[kCachedPackets];
-};
-__device__ __forceinline__ void load_row(RowCache& cache, const bf16_t* x, int V) {
-  COLLAGE_UNROLL
-  for (int k = 0; k < kCachedPackets; k++) {
-    const int j = (int(threadIdx.x) + k * kCachedThreads) * kVector;
-    if (j < V) cache.packets[k] = load128(x + j);
-  }
-}
-
-// row_statistics<true> from the cached row (the same folds in the same order).
-__device__ RowStatistics cached_row_statistics(const RowCache& cache, const bf16_t* x, int V,
-                                               int target, float* shared) {
-  float max = -INFINITY, sum = 0.0f;
-  COLLAGE_UNROLL
-  for (int k = 0; k < kCachedPackets; k++) {
-    const int j = (int(threadIdx.x) + k * kCachedThreads) * kVector;
-    if (j < V) {
-      float values[kVector];
-      for (int e = 0; e < kVector; e++) values[e] = to_float(cache.packets[k].values[e]);
-      fold(max, sum, values, V - j);
-    }
-  }
-  return reduce_row_statistics(max, sum, x, V, target, shared);
 }
 
 // log Σ exp over the row from its statistics, as the cpu: max + log(Σ exp(x − max)).
@@ -221,62 +171,6 @@ __global__ void cross_entropy_backward_kernel(bf16_t* dlogits, const bf16_t* log
   __shared__ float statistics_shared[kStatisticsShared];
   const float lse = log_sum_exp(row_statistics<kVectorized>(x, V, target, statistics_shared));
   add_softmax_gradient<kVectorized>(dx, x, V, lse, target, dloss);
-}
-
-// The register-cached forward: cross_entropy_forward_kernel with kCachedThreads threads and the
-// row's statistics from cached_row_statistics (the backward's, bit for bit).
-__global__ void __launch_bounds__(kCachedThreads)
-    cross_entropy_forward_cached_kernel(float* losses, const bf16_t* logits, const int32_t* targets,
-                                        int V, int Vp) {
-  const int64_t row = blockIdx.x;
-  const int target = targets[row];
-  if (target < 0 || target >= V) {  // ignored (the whole block leaves together)
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    return;
-  }
-  __shared__ float statistics_shared[kStatisticsShared];
-  const bf16_t* x = logits + row * Vp;  // (Vp)
-  RowCache cache;
-  load_row(cache, x, V);
-  const RowStatistics s = cached_row_statistics(cache, x, V, target, statistics_shared);
-  if (threadIdx.x == 0) losses[row] = log_sum_exp(s) - s.target_logit;
-}
-
-// The register-cached backward: the row is read once into registers, its statistics and then
-// add_softmax_gradient<true>'s expressions come from them; dx is read and written as there.
-__global__ void __launch_bounds__(kCachedThreads)
-    cross_entropy_backward_cached_kernel(bf16_t* dlogits, const bf16_t* logits,
-                                         const int32_t* targets, int V, int Vp, float dloss) {
-  const int64_t row = blockIdx.x;
-  const int target = targets[row];
-  if (target < 0 || target >= V) return;  // ignored rows get nothing
-  const bf16_t* x = logits + row * Vp;    // (Vp)
-  bf16_t* dx = dlogits + row * Vp;        // (Vp)
-  __shared__ float statistics_shared[kStatisticsShared];
-  RowCache cache;
-  load_row(cache, x, V);
-  const float lse = log_sum_exp(cached_row_statistics(cache, x, V, target, statistics_shared));
-  auto gradient = [&](int j, float x_j, float dx_j) {
-    const float p = math::exp_approx(x_j - lse);
-    return dx_j + (j == target ? p - 1.0f : p) * dloss;
-  };
-  // Whole groups of 8 from the registers (padding columns are not written), then the last
-  // V mod 8 columns one at a time from memory, as add_softmax_gradient<true>.
-  const int groups = V / kVector;
-  COLLAGE_UNROLL
-  for (int k = 0; k < kCachedPackets; k++) {
-    const int group = int(threadIdx.x) + k * kCachedThreads;
-    if (group < groups) {
-      const int j = group * kVector;
-      Packed128<bf16_t> ds = load128(dx + j);
-      for (int e = 0; e < kVector; e++)
-        ds.values[e] =
-            to_bf16(gradient(j + e, to_float(cache.packets[k].values[e]), to_float(ds.values[e])));
-      store128(dx + j, ds);
-    }
-  }
-  for (int j = groups * kVector + int(threadIdx.x); j < V; j += kCachedThreads)
-    dx[j] = to_bf16(gradient(j, to_float(x[j]), to_float(dx[j])));
 }
 
 void check_shape(const char* op, int64_t N, int V, int Vp) {
@@ -413,10 +307,7 @@ void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
                        "cross_entropy_forward: null tensor (N = %lld, V = %d, Vp = %d)",
                        static_cast<long long>(N), V, Vp);
   // 128-bit loads need every row start 16-byte aligned: Vp a multiple of 8.
-  if (Vp % kVector == 0 && aligned16(logits) && V <= kCachedMaxColumns) {
-    launch(cx, "cross_entropy_forward", cross_entropy_forward_cached_kernel, dim3(unsigned(N)),
-           dim3(kCachedThreads))(losses, logits, targets, V, Vp);
-  } else if (Vp % kVector == 0 && aligned16(logits)) {
+  if (Vp % kVector == 0 && aligned16(logits)) {
     launch(cx, "cross_entropy_forward", cross_entropy_forward_kernel<true>, dim3(unsigned(N)),
            dim3(kCrossEntropyThreads))(losses, logits, targets, V, Vp);
   } else {
@@ -432,10 +323,7 @@ void cross_entropy_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logi
   COLLAGE_KERNEL_CHECK(logits && targets,
                        "cross_entropy_backward: null logits or targets (N = %lld, V = %d, Vp = %d)",
                        static_cast<long long>(N), V, Vp);
-  if (Vp % kVector == 0 && aligned16(logits, dlogits) && V <= kCachedMaxColumns) {
-    launch(cx, "cross_entropy_backward", cross_entropy_backward_cached_kernel, dim3(unsigned(N)),
-           dim3(kCachedThreads))(dlogits, logits, targets, V, Vp, dloss);
-  } else if (Vp % kVector == 0 && aligned16(logits, dlogits)) {
+  if (Vp % kVector == 0 && aligned16(logits, dlogits)) {
     launch(cx, "cross_entropy_backward", cross_entropy_backward_kernel<true>, dim3(unsigned(N)),
            dim3(kCrossEntropyThreads))(dlogits, logits, targets, V, Vp, dloss);
   } else {

@@ -37,10 +37,9 @@
 //
 // Shapes: V not a multiple of 8, 32 or 128, with the 128-bit path (Vp a multiple of 8, whose
 // last group reaches into the padding) and without (odd Vp, and a 2-byte offset); V below a
-// warp; V = 1; GPT-2's 50257 of 50304 (the register-cached kernels, which take every aligned
-// row up to 57344 columns); 60001 of 60008 (past the cache: the two-pass kernels). Rows: a target
-// far above the rest (loss ≈ 0, p ≈ 1 at the target), logits near 80 (lse ≈ 85), and logits of
-// scale 30 (most exp terms at exp_approx's clamp).
+// warp; V = 1; GPT-2's 50257 of 50304. Rows: a target far above the rest (loss ≈ 0, p ≈ 1 at
+// the target), logits near 80 (lse ≈ 85), and logits of scale 30 (most exp terms at
+// exp_approx's clamp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -57,9 +56,9 @@ struct Shape {
   int N, V, Vp;
   int offset;  // elements from the aligned allocation (1: no 128-bit path)
 };
-const Shape kShapes[] = {{37, 1001, 1024, 0},  {16, 4099, 4104, 0}, {13, 333, 337, 0},
-                         {11, 1000, 1024, 1},  {9, 31, 31, 0},      {5, 1, 8, 0},
-                         {3, 50257, 50304, 0}, {2, 60001, 60008, 0}};
+const Shape kShapes[] = {{37, 1001, 1024, 0}, {16, 4099, 4104, 0}, {13, 333, 337, 0},
+                         {11, 1000, 1024, 1}, {9, 31, 31, 0},      {5, 1, 8, 0},
+                         {3, 50257, 50304, 0}};
 
 std::string describe(const Shape& s) {
   return "N=" + std::to_string(s.N) + " V=" + std::to_string(s.V) + " Vp=" + std::to_string(s.Vp) +
