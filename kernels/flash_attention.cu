@@ -5,12 +5,14 @@
 // here when flash_attention_serves() it; other head sizes stay on its SIMT kernels.
 //
 // Work split. Forward and dq: a block takes kRows = 64 queries of one (b, h), each of its 4
-// warps 16 of them; the block stages each 64-key tile of k and v in shared memory (bf16 rows
-// padded by 8 elements, so the 8 row addresses of an ldmatrix fall in different banks) and the
-// warps read their B fragments from it with ldmatrix. dk, dv: a block takes 64 keys, a warp 16,
-// and the block stages tiles of kQueryTile queries of q and dout with their lse and D. Tiles
-// are double-buffered: cp.async (kernels/async_copy.cuh) fetches the next while the warps
-// multiply the current, one barrier per tile.
+// warps 16 of them; the block stages each tile of k and v (64 keys forward, kDqKeyTile dq) in
+// shared memory (bf16 rows padded by 8 elements, so the 8 row addresses of an ldmatrix fall in
+// different banks) and the warps read their B fragments from it with ldmatrix. dk, dv: a block
+// takes 64 keys, a warp 16, and the block stages tiles of kQueryTile queries of q and dout with
+// their lse and D. The forward holds its q rows as A fragments in registers; the backward
+// kernels read theirs (q and dout, or k and v) from shared memory at each use. Tiles are
+// double-buffered: cp.async (kernels/async_copy.cuh) fetches the next while the warps multiply
+// the current, one barrier per tile.
 // Fragments (src/simt/warp_matrix.h): a lane holds rows g = lane/4 and g + 8 of its warp's 16,
 // columns 2t and 2t + 1 (t = lane % 4) of every 8-column block; softmax statistics of a row are
 // reduced over the 4 lanes t = 0..3 that hold it.
@@ -45,12 +47,16 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kRows = kWarps * 16;  // queries (forward, dq) or keys (dk, dv) of a block
-constexpr int kKeyTile = 64;        // keys of a staged tile (forward, dq)
+constexpr int kKeyTile = 64;        // keys of a staged tile (forward)
+// The backward kernels' tiles are smaller and their A operands (q and dout, or k and v) stay in
+// shared memory: fewer registers per thread, so more resident warps to hide the latencies that
+// bound them (sm_90: dq 126 registers at HS 64, 4 blocks per SM; dk, dv 168, 3 blocks; at 64-row
+// tiles and A in registers both took 229-246, 2 blocks).
+constexpr int kDqKeyTile = 32;  // keys of a staged tile (dq)
+constexpr int kQueryTile = 32;  // queries of a staged tile (dk, dv)
 
 template <int kHeadSize>
 constexpr int kStride = kHeadSize + 8;  // row stride of a staged tile, bf16 elements
-template <int kHeadSize>
-constexpr int kQueryTile = kHeadSize == 64 ? 64 : 32;  // dk, dv: fewer accumulators at 128
 
 // Starts copying rows [first, first + kTileRows) of a (T, HS) matrix at `head` (row stride
 // `row_stride`) into `tile` (kTileRows, kStride) with cp.async (kernels/async_copy.cuh); rows
@@ -104,7 +110,7 @@ __device__ __forceinline__ void load_b_columns(FragmentB& first, FragmentB& seco
 }
 
 // acc[nb] += a_rows · tileᵀ over the kN rows of `tile` (n) and kHeadSize columns (k), with
-// a_rows the warp's A fragments, one per k-step: S = q·kᵀ, dP = dout·vᵀ and their transposes.
+// a_rows the warp's A fragments, one per k-step: S = q·kᵀ (forward).
 template <int kHeadSize, int kN>
 __device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kN / 8],
                                                  const FragmentA (&a)[kHeadSize / 16],
@@ -117,6 +123,24 @@ __device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kN / 8],
       load_b_rows<kHeadSize>(first, second, tile, nb * 8, step);
       mma(acc[nb], a[step], first);
       mma(acc[nb + 1], a[step], second);
+    }
+  }
+}
+
+// The same with the warp's 16 A rows read from a staged tile at each k-step (rows
+// [a_row0, a_row0 + 16) of `a_tile`): S = q·kᵀ, dP = dout·vᵀ (dq) and their transposes (dk, dv).
+template <int kHeadSize, int kN>
+__device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kN / 8], const bf16_t* a_tile,
+                                                 int a_row0, const bf16_t* tile) {
+  COLLAGE_UNROLL
+  for (int step = 0; step < kHeadSize / 16; step++) {
+    const FragmentA a = load_a<kHeadSize>(a_tile, a_row0, step);
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kN / 8; nb += 2) {
+      FragmentB first, second;
+      load_b_rows<kHeadSize>(first, second, tile, nb * 8, step);
+      mma(acc[nb], a, first);
+      mma(acc[nb + 1], a, second);
     }
   }
 }
@@ -198,17 +222,17 @@ __device__ __forceinline__ void accumulate_pair(bf16_t* dst, float scale, float 
 
 // The k and v tiles of the forward and dq kernels, double-buffered: while the warps work on the
 // tile in one buffer, cp.async fills the other with the next. Shared memory holds k(0), v(0),
-// k(1), v(1), each (kKeyTile, kStride).
-template <int kHeadSize>
+// k(1), v(1), each (kTileRows, kStride).
+template <int kHeadSize, int kTileRows>
 struct KeyTiles {
-  static constexpr int kElements = kKeyTile * kStride<kHeadSize>;
+  static constexpr int kElements = kTileRows * kStride<kHeadSize>;
   bf16_t* shared;
   __device__ bf16_t* k(int buffer) const { return shared + 2 * buffer * kElements; }
   __device__ bf16_t* v(int buffer) const { return shared + (2 * buffer + 1) * kElements; }
   // Starts copying the key tile at k0 into `buffer` (one commit group).
   __device__ void start(const HeadSlices& head, int k0, int buffer, int T) const {
-    stage_async<kHeadSize, kKeyTile>(k(buffer), head.k, head.row_stride, k0, T);
-    stage_async<kHeadSize, kKeyTile>(v(buffer), head.v, head.row_stride, k0, T);
+    stage_async<kHeadSize, kTileRows>(k(buffer), head.k, head.row_stride, k0, T);
+    stage_async<kHeadSize, kTileRows>(v(buffer), head.v, head.row_stride, k0, T);
     copy_async_commit();
   }
   // At the top of the loop over key tiles: waits until the tile at k0 (in `buffer`) has landed
@@ -217,7 +241,7 @@ struct KeyTiles {
   __device__ void next(const HeadSlices& head, int k0, int key_end, int buffer, int T) const {
     copy_async_wait<0>();
     __syncthreads();
-    if (k0 + kKeyTile < key_end) start(head, k0 + kKeyTile, buffer ^ 1, T);
+    if (k0 + kTileRows < key_end) start(head, k0 + kTileRows, buffer ^ 1, T);
   }
 };
 
@@ -241,7 +265,7 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
 
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
-  const KeyTiles<kHeadSize> tiles{shared};
+  const KeyTiles<kHeadSize, kKeyTile> tiles{shared};
   const int key_end = causal ? min(T, q0 + kRows) : T;  // keys any row of the block sees
 
   // q, staged once through buffer 1's k tile, kept as A fragments; key tile 0 into buffer 0.
@@ -393,7 +417,7 @@ __global__ void __launch_bounds__(kThreads)
     flash_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout, const bf16_t* out,
                                 const bf16_t* qkv, const float* lse, const int32_t* key_mask,
                                 bool causal, int T, int NH, float scale, AttentionDropout dropout) {
-  constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8, kKeyBlocks = kKeyTile / 8;
+  constexpr int kDimBlocks = kHeadSize / 8, kKeyBlocks = kDqKeyTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
   const int q0 = block_index(causal) * kRows;
@@ -404,14 +428,15 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
 
+  // The block's q and dout rows (kRows, kStride) each, staged once; then the key tiles.
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
-  const KeyTiles<kHeadSize> tiles{shared};
+  bf16_t* q_rows = shared;
+  bf16_t* dy_rows = q_rows + kRows * kStride<kHeadSize>;
+  const KeyTiles<kHeadSize, kDqKeyTile> tiles{dy_rows + kRows * kStride<kHeadSize>};
   const int key_end = causal ? min(T, q0 + kRows) : T;
-
-  // q and dout, staged once through buffer 1, kept as A fragments; key tile 0 into buffer 0.
-  stage_async<kHeadSize, kRows>(tiles.k(1), head.q, head.row_stride, q0, T);
-  stage_async<kHeadSize, kRows>(tiles.v(1), dout_head, C, q0, T);
-  tiles.start(head, 0, 0, T);
+  stage_async<kHeadSize, kRows>(q_rows, head.q, head.row_stride, q0, T);
+  stage_async<kHeadSize, kRows>(dy_rows, dout_head, C, q0, T);
+  tiles.start(head, 0, 0, T);  // the same commit group: the loop's first wait covers all
   float row_lse[2];
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++) row_lse[r] = rows[r] < T ? lse_head[rows[r]] : kAttentionMinusInf;
@@ -433,30 +458,22 @@ __global__ void __launch_bounds__(kThreads)
     row_delta[r] = quad_sum(share);
     if (lane % 4 == 0 && rows[r] < T) delta[(int64_t(b) * NH + h) * T + rows[r]] = row_delta[r];
   }
-  copy_async_wait<0>();
-  __syncthreads();
-  FragmentA q[kSteps], dy[kSteps];
-  COLLAGE_UNROLL
-  for (int step = 0; step < kSteps; step++) {
-    q[step] = load_a<kHeadSize>(tiles.k(1), warp * 16, step);
-    dy[step] = load_a<kHeadSize>(tiles.v(1), warp * 16, step);
-  }
 
   // dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j, P and dP recomputed per key tile.
   FragmentC dq[kDimBlocks];
-  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kKeyTile, buffer ^= 1) {
+  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kDqKeyTile, buffer ^= 1) {
     tiles.next(head, k0, key_end, buffer, T);
     const bf16_t *k_tile = tiles.k(buffer), *v_tile = tiles.v(buffer);
     FragmentC s[kKeyBlocks], dp[kKeyBlocks];
-    multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
-    multiply_by_rows<kHeadSize, kKeyTile>(dp, dy, v_tile);
+    multiply_by_rows<kHeadSize, kDqKeyTile>(s, q_rows, warp * 16, k_tile);
+    multiply_by_rows<kHeadSize, kDqKeyTile>(dp, dy_rows, warp * 16, v_tile);
     probabilities(s, dp, rows, row_lse, k0, b, h, key_ok, causal, T, NH, scale, dropout);
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {  // dS = P (dP - D), into dp
       COLLAGE_UNROLL
       for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] * (dp[nb].v[e] - row_delta[e / 2]);
     }
-    multiply_rounded<kHeadSize, kKeyTile>(dq, dp, k_tile);
+    multiply_rounded<kHeadSize, kDqKeyTile>(dq, dp, k_tile);
   }
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++) {
@@ -474,9 +491,8 @@ __global__ void __launch_bounds__(kThreads)
     flash_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
                               const float* delta, const int32_t* key_mask, bool causal, int T,
                               int NH, float scale, AttentionDropout dropout) {
-  constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8;
-  constexpr int kTile = kQueryTile<kHeadSize>, kQueryBlocks = kTile / 8;
-  static_assert(4 * kTile >= 2 * kRows, "k and v are staged through the q and dout tiles");
+  constexpr int kDimBlocks = kHeadSize / 8;
+  constexpr int kTile = kQueryTile, kQueryBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
   const int key0 = block_index(causal) * kRows;
@@ -488,29 +504,21 @@ __global__ void __launch_bounds__(kThreads)
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
   const float* delta_head = delta + (int64_t(b) * NH + h) * T;
 
-  // Query tiles, double-buffered as the forward's key tiles: q(0), dout(0), q(1), dout(1), each
-  // (kTile, kStride), then their lse (2, kTile) and D (2, kTile).
+  // Shared memory: the block's k and v rows (kRows, kStride) each, staged once; the query tiles,
+  // double-buffered as the forward's key tiles: q(0), dout(0), q(1), dout(1), each
+  // (kTile, kStride); then their lse (2, kTile) and D (2, kTile).
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
+  bf16_t* k_rows = shared;
+  bf16_t* v_rows = k_rows + kRows * kStride<kHeadSize>;
+  bf16_t* tiles = v_rows + kRows * kStride<kHeadSize>;
   constexpr int kElements = kTile * kStride<kHeadSize>;
-  auto q_tile = [&](int buffer) { return shared + 2 * buffer * kElements; };
-  auto dy_tile = [&](int buffer) { return shared + (2 * buffer + 1) * kElements; };
-  float* stats = reinterpret_cast<float*>(shared + 4 * kElements);
+  auto q_tile = [&](int buffer) { return tiles + 2 * buffer * kElements; };
+  auto dy_tile = [&](int buffer) { return tiles + (2 * buffer + 1) * kElements; };
+  float* stats = reinterpret_cast<float*>(tiles + 4 * kElements);
   auto tile_lse = [&](int buffer) { return stats + buffer * kTile; };
   auto tile_delta = [&](int buffer) { return stats + (2 + buffer) * kTile; };
-
-  // The block's k and v rows, staged once through the tiles' space, kept as A fragments.
-  stage_async<kHeadSize, kRows>(shared, head.k, head.row_stride, key0, T);
-  stage_async<kHeadSize, kRows>(shared + kRows * kStride<kHeadSize>, head.v, head.row_stride, key0,
-                                T);
-  copy_async_commit();
-  copy_async_wait<0>();
-  __syncthreads();
-  FragmentA k[kSteps], v[kSteps];
-  COLLAGE_UNROLL
-  for (int step = 0; step < kSteps; step++) {
-    k[step] = load_a<kHeadSize>(shared, warp * 16, step);
-    v[step] = load_a<kHeadSize>(shared + kRows * kStride<kHeadSize>, warp * 16, step);
-  }
+  stage_async<kHeadSize, kRows>(k_rows, head.k, head.row_stride, key0, T);
+  stage_async<kHeadSize, kRows>(v_rows, head.v, head.row_stride, key0, T);
   // A hidden key is seen by no query: its gradients get nothing added.
   bool key_seen[2];
   COLLAGE_UNROLL
@@ -531,8 +539,7 @@ __global__ void __launch_bounds__(kThreads)
   FragmentC dk[kDimBlocks], dv[kDimBlocks];
   const int first_query = causal ? key0 : 0;  // queries before the block's first key see none
   const int tid = int(threadIdx.x);
-  __syncthreads();  // every warp holds k and v: query tile 0 may overwrite them
-  start(first_query, 0);
+  start(first_query, 0);  // the same commit group as k and v: the loop's first wait covers all
   if (tid < kTile)
     tile_lse(0)[tid] = lse_of(first_query + tid), tile_delta(0)[tid] = delta_of(first_query + tid);
   for (int i0 = first_query, buffer = 0; i0 < T; i0 += kTile, buffer ^= 1) {
@@ -547,8 +554,8 @@ __global__ void __launch_bounds__(kThreads)
     const bf16_t *q_rows = q_tile(buffer), *dy_rows = dy_tile(buffer);
     const float *row_lse = tile_lse(buffer), *row_delta = tile_delta(buffer);
     FragmentC s[kQueryBlocks], dp[kQueryBlocks];  // k·qᵀ and v·doutᵀ: (16 keys, kTile queries)
-    multiply_by_rows<kHeadSize, kTile>(s, k, q_rows);
-    multiply_by_rows<kHeadSize, kTile>(dp, v, dy_rows);
+    multiply_by_rows<kHeadSize, kTile>(s, k_rows, warp * 16, q_rows);
+    multiply_by_rows<kHeadSize, kTile>(dp, v_rows, warp * 16, dy_rows);
     // Queries before the warp's first key or past T, a key mask, or a query that saw nothing
     // need the per-element test.
     const bool tile_masked = !key_seen[0] || !key_seen[1] || key_ok != nullptr || i0 + kTile > T ||
@@ -598,11 +605,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Two buffers of two tiles (KeyTiles; the dk, dv kernel's query tiles and their lse and D).
+// Two buffers of two tiles (KeyTiles; the dk, dv kernel's query tiles with their lse and D),
+// after the block's own two (kRows, kStride) matrices in the backward kernels.
 size_t forward_shared_bytes(int HS) { return 4 * size_t(kKeyTile) * (HS + 8) * sizeof(bf16_t); }
+size_t backward_query_shared_bytes(int HS) {
+  return (2 * size_t(kRows) + 4 * size_t(kDqKeyTile)) * (HS + 8) * sizeof(bf16_t);
+}
 size_t backward_key_shared_bytes(int HS) {
-  const int tile = HS == 64 ? kQueryTile<64> : kQueryTile<128>;
-  return 4 * size_t(tile) * (HS + 8) * sizeof(bf16_t) + 4 * size_t(tile) * sizeof(float);
+  return (2 * size_t(kRows) + 4 * size_t(kQueryTile)) * (HS + 8) * sizeof(bf16_t) +
+         4 * size_t(kQueryTile) * sizeof(float);
 }
 
 dim3 grid_of(int B, int T, int NH) {
@@ -626,8 +637,8 @@ void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* 
                      const AttentionDropout& dropout) {
   const float scale = 1.0f / std::sqrt(float(kHeadSize));
   launch(cx, "attention_backward (dq)", flash_backward_query_kernel<kHeadSize>, grid_of(B, T, NH),
-         dim3(kThreads), forward_shared_bytes(kHeadSize))(dqkv, delta, dout, out, qkv, lse,
-                                                          key_mask, causal, T, NH, scale, dropout);
+         dim3(kThreads), backward_query_shared_bytes(kHeadSize))(
+      dqkv, delta, dout, out, qkv, lse, key_mask, causal, T, NH, scale, dropout);
   launch(cx, "attention_backward (dk, dv)", flash_backward_key_kernel<kHeadSize>, grid_of(B, T, NH),
          dim3(kThreads), backward_key_shared_bytes(kHeadSize))(
       dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout);
