@@ -5,14 +5,14 @@
 // here when flash_attention_serves() it; other head sizes stay on its SIMT kernels.
 //
 // Work split. Forward and dq: a block takes kRows = 64 queries of one (b, h), each of its 4
-// warps 16 of them; the block stages each tile of k and v (64 keys forward, kDqKeyTile dq) in
-// shared memory (bf16 rows padded by 8 elements, so the 8 row addresses of an ldmatrix fall in
-// different banks) and the warps read their B fragments from it with ldmatrix. dk, dv: a block
-// takes 64 keys, a warp 16, and the block stages tiles of kQueryTile queries of q and dout with
-// their lse and D. The forward holds its q rows as A fragments in registers; the backward
-// kernels read theirs (q and dout, or k and v) from shared memory at each use. Tiles are
-// double-buffered: cp.async (kernels/async_copy.cuh) fetches the next while the warps multiply
-// the current, one barrier per tile.
+// warps 16 of them; the block stages each tile of k and v (kKeyTile keys forward, kDqKeyTile
+// dq) in shared memory (bf16 rows padded by 8 elements, so the 8 row addresses of an ldmatrix
+// fall in different banks) and the warps read their B fragments from it with ldmatrix. dk, dv:
+// a block takes 64 keys, a warp 16, and the block stages tiles of kQueryTile queries of q and
+// dout with their lse and D. The block's own rows (q; q and dout; k and v) stay in shared
+// memory too, read with ldmatrix at each use. Tiles are double-buffered: cp.async
+// (kernels/async_copy.cuh) fetches the next while the warps multiply the current, one barrier
+// per tile.
 // Fragments (src/simt/warp_matrix.h): a lane holds rows g = lane/4 and g + 8 of its warp's 16,
 // columns 2t and 2t + 1 (t = lane % 4) of every 8-column block; softmax statistics of a row are
 // reduced over the 4 lanes t = 0..3 that hold it.
@@ -47,13 +47,16 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kRows = kWarps * 16;  // queries (forward, dq) or keys (dk, dv) of a block
-constexpr int kKeyTile = 64;        // keys of a staged tile (forward)
-// The backward kernels' tiles are smaller and their A operands (q and dout, or k and v) stay in
-// shared memory: fewer registers per thread, so more resident warps to hide the latencies that
-// bound them (sm_90: dq 126 registers at HS 64, 4 blocks per SM; dk, dv 168, 3 blocks; at 64-row
-// tiles and A in registers both took 229-246, 2 blocks).
-constexpr int kDqKeyTile = 32;  // keys of a staged tile (dq)
-constexpr int kQueryTile = 32;  // queries of a staged tile (dk, dv)
+// Tile sizes. Every kernel keeps its A operand rows (q; q and dout; k and v) in shared memory
+// and reads them at each use rather than holding them as register fragments: fewer registers
+// per thread, so more resident warps to hide the latencies that bound these kernels. On sm_90
+// at HS 64: forward 126 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128:
+// 168 (3, a 32-key tile so that 3 blocks' shared memory fits), 168 (3), 238 (2). With A in
+// registers and 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64.
+template <int kHeadSize>
+constexpr int kKeyTile = kHeadSize == 64 ? 64 : 32;  // keys of a staged tile (forward)
+constexpr int kDqKeyTile = 32;                       // keys of a staged tile (dq)
+constexpr int kQueryTile = 32;                       // queries of a staged tile (dk, dv)
 
 template <int kHeadSize>
 constexpr int kStride = kHeadSize + 8;  // row stride of a staged tile, bf16 elements
@@ -109,26 +112,9 @@ __device__ __forceinline__ void load_b_columns(FragmentB& first, FragmentB& seco
   first.r[0] = r[0], first.r[1] = r[1], second.r[0] = r[2], second.r[1] = r[3];
 }
 
-// acc[nb] += a_rows · tileᵀ over the kN rows of `tile` (n) and kHeadSize columns (k), with
-// a_rows the warp's A fragments, one per k-step: S = q·kᵀ (forward).
-template <int kHeadSize, int kN>
-__device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kN / 8],
-                                                 const FragmentA (&a)[kHeadSize / 16],
-                                                 const bf16_t* tile) {
-  COLLAGE_UNROLL
-  for (int step = 0; step < kHeadSize / 16; step++) {
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kN / 8; nb += 2) {
-      FragmentB first, second;
-      load_b_rows<kHeadSize>(first, second, tile, nb * 8, step);
-      mma(acc[nb], a[step], first);
-      mma(acc[nb + 1], a[step], second);
-    }
-  }
-}
-
-// The same with the warp's 16 A rows read from a staged tile at each k-step (rows
-// [a_row0, a_row0 + 16) of `a_tile`): S = q·kᵀ, dP = dout·vᵀ (dq) and their transposes (dk, dv).
+// acc[nb] += a·tileᵀ over the kN rows of `tile` (n) and kHeadSize columns (k), with a the
+// warp's 16 rows [a_row0, a_row0 + 16) of the staged `a_tile`, read at each k-step:
+// S = q·kᵀ, dP = dout·vᵀ and their transposes k·qᵀ, v·doutᵀ.
 template <int kHeadSize, int kN>
 __device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kN / 8], const bf16_t* a_tile,
                                                  int a_row0, const bf16_t* tile) {
@@ -256,7 +242,7 @@ template <int kHeadSize>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv, const int32_t* key_mask,
                          bool causal, int T, int NH, float scale, AttentionDropout dropout) {
-  constexpr int kSteps = kHeadSize / 16, kDimBlocks = kHeadSize / 8, kKeyBlocks = kKeyTile / 8;
+  constexpr int kTile = kKeyTile<kHeadSize>, kDimBlocks = kHeadSize / 8, kKeyBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
   const int q0 = block_index(causal) * kRows;
@@ -264,33 +250,27 @@ __global__ void __launch_bounds__(kThreads)
   const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
 
+  // The block's q rows (kRows, kStride), staged once; then the key tiles.
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
-  const KeyTiles<kHeadSize, kKeyTile> tiles{shared};
+  bf16_t* q_rows = shared;
+  const KeyTiles<kHeadSize, kTile> tiles{q_rows + kRows * kStride<kHeadSize>};
   const int key_end = causal ? min(T, q0 + kRows) : T;  // keys any row of the block sees
-
-  // q, staged once through buffer 1's k tile, kept as A fragments; key tile 0 into buffer 0.
-  stage_async<kHeadSize, kRows>(tiles.k(1), head.q, head.row_stride, q0, T);
-  tiles.start(head, 0, 0, T);
-  copy_async_wait<0>();
-  __syncthreads();
-  FragmentA q[kSteps];
-  COLLAGE_UNROLL
-  for (int step = 0; step < kSteps; step++)
-    q[step] = load_a<kHeadSize>(tiles.k(1), warp * 16, step);
+  stage_async<kHeadSize, kRows>(q_rows, head.q, head.row_stride, q0, T);
+  tiles.start(head, 0, 0, T);  // the same commit group: the loop's first wait covers all
 
   const float scale_log2e = scale * kLog2e;
   float running_max[2] = {kAttentionMinusInf, kAttentionMinusInf};  // of q·k, unscaled
   float lane_sum[2] = {0.0f, 0.0f};  // this lane's share of Σ p, rescaled with the max
   FragmentC o[kDimBlocks];
-  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kKeyTile, buffer ^= 1) {
+  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kTile, buffer ^= 1) {
     tiles.next(head, k0, key_end, buffer, T);
     const bf16_t *k_tile = tiles.k(buffer), *v_tile = tiles.v(buffer);
     FragmentC s[kKeyBlocks];
-    multiply_by_rows<kHeadSize, kKeyTile>(s, q, k_tile);
+    multiply_by_rows<kHeadSize, kTile>(s, q_rows, warp * 16, k_tile);
     // Scores, -inf where hidden: only tiles that reach past T, past the warp's first row
     // (causal) or under a key mask test each key.
-    const bool tile_masked = key_ok != nullptr || k0 + kKeyTile > T ||
-                             (causal && k0 + kKeyTile - 1 > rows[0] - lane / 4);
+    const bool tile_masked =
+        key_ok != nullptr || k0 + kTile > T || (causal && k0 + kTile - 1 > rows[0] - lane / 4);
     float tile_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {
@@ -343,7 +323,7 @@ __global__ void __launch_bounds__(kThreads)
       o[nd].v[0] *= correction[0], o[nd].v[1] *= correction[0];
       o[nd].v[2] *= correction[1], o[nd].v[3] *= correction[1];
     }
-    multiply_rounded<kHeadSize, kKeyTile>(o, s, v_tile);
+    multiply_rounded<kHeadSize, kTile>(o, s, v_tile);
   }
 
   const int64_t C = head.C;
@@ -607,7 +587,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // Two buffers of two tiles (KeyTiles; the dk, dv kernel's query tiles with their lse and D),
 // after the block's own two (kRows, kStride) matrices in the backward kernels.
-size_t forward_shared_bytes(int HS) { return 4 * size_t(kKeyTile) * (HS + 8) * sizeof(bf16_t); }
+size_t forward_shared_bytes(int HS) {
+  const int tile = HS == 64 ? kKeyTile<64> : kKeyTile<128>;
+  return (size_t(kRows) + 4 * size_t(tile)) * (HS + 8) * sizeof(bf16_t);
+}
 size_t backward_query_shared_bytes(int HS) {
   return (2 * size_t(kRows) + 4 * size_t(kDqKeyTile)) * (HS + 8) * sizeof(bf16_t);
 }
