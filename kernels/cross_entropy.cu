@@ -115,20 +115,28 @@ __device__ __forceinline__ float log_sum_exp(const RowStatistics& s) {
   return s.max + logf(s.sum_exp);
 }
 
-// losses (N): block `row` computes losses[row] from logits (N, Vp).
+// losses (N): block `row` computes losses[row] from logits (N, Vp); row_lse (N), unless null,
+// gets the row's lse (0 where ignored): what cross_entropy_backward_kernel would recompute.
 template <bool kVectorized>
-__global__ void cross_entropy_forward_kernel(float* losses, const bf16_t* logits,
+__global__ void cross_entropy_forward_kernel(float* losses, float* row_lse, const bf16_t* logits,
                                              const int32_t* targets, int V, int Vp) {
   const int64_t row = blockIdx.x;
   const int target = targets[row];
   if (target < 0 || target >= V) {  // ignored (the whole block leaves together)
-    if (threadIdx.x == 0) losses[row] = 0.0f;
+    if (threadIdx.x == 0) {
+      losses[row] = 0.0f;
+      if (row_lse) row_lse[row] = 0.0f;
+    }
     return;
   }
   __shared__ float statistics_shared[kStatisticsShared];
   const RowStatistics s =
       row_statistics<kVectorized>(logits + row * Vp, V, target, statistics_shared);
-  if (threadIdx.x == 0) losses[row] = log_sum_exp(s) - s.target_logit;
+  if (threadIdx.x == 0) {
+    const float lse = log_sum_exp(s);
+    losses[row] = lse - s.target_logit;
+    if (row_lse) row_lse[row] = lse;
+  }
 }
 
 // dx[j] += (exp_approx(x[j] − lse) − [j == target])·dloss for the columns j < columns of one
@@ -300,7 +308,7 @@ int real_columns(int V, int Vl, int64_t vocab_begin) {
 }  // namespace
 
 void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
-                           const int32_t* targets, int64_t N, int V, int Vp) {
+                           const int32_t* targets, int64_t N, int V, int Vp, float* row_lse) {
   check_shape("cross_entropy_forward", N, V, Vp);
   if (N == 0) return;
   COLLAGE_KERNEL_CHECK(losses && logits && targets,
@@ -309,10 +317,10 @@ void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
   // 128-bit loads need every row start 16-byte aligned: Vp a multiple of 8.
   if (Vp % kVector == 0 && aligned16(logits)) {
     launch(cx, "cross_entropy_forward", cross_entropy_forward_kernel<true>, dim3(unsigned(N)),
-           dim3(kCrossEntropyThreads))(losses, logits, targets, V, Vp);
+           dim3(kCrossEntropyThreads))(losses, row_lse, logits, targets, V, Vp);
   } else {
     launch(cx, "cross_entropy_forward", cross_entropy_forward_kernel<false>, dim3(unsigned(N)),
-           dim3(kCrossEntropyThreads))(losses, logits, targets, V, Vp);
+           dim3(kCrossEntropyThreads))(losses, row_lse, logits, targets, V, Vp);
   }
 }
 

@@ -91,7 +91,8 @@ void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dou
 
 // ---- cross_entropy.cu ----
 void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
-                           const int32_t* targets, int64_t N, int V, int Vp);
+                           const int32_t* targets, int64_t N, int V, int Vp,
+                           float* row_lse = nullptr);
 void cross_entropy_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logits,
                             const int32_t* targets, int64_t N, int V, int Vp, float dloss);
 // The vocab-parallel stages (src/backend/backend.h): logits (N, Vl) hold global columns

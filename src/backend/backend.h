@@ -174,8 +174,11 @@ class BackendT {
 
   // ---- softmax cross-entropy over the first V of Vp logit columns (Vp = padded vocab) ----
   // losses (N) fp32 = logsumexp(logits[:V]) - logits[target]; targets < 0 are ignored (loss 0).
+  // row_lse (N), when not null: each row's logsumexp (0 for ignored rows), the very value
+  // cross_entropy_backward would recompute; cross_entropy_shard_backward with it (vocab_begin
+  // 0, Vl = Vp) gives cross_entropy_backward's result without reading the logits for it.
   virtual void cross_entropy_forward(float* losses, const Storage* logits, const int32_t* targets,
-                                     int64_t N, int V, int Vp) = 0;
+                                     int64_t N, int V, int Vp, float* row_lse = nullptr) = 0;
   // dlogits (N, Vp) += (softmax(logits[:V]) - onehot(target)) · dloss; 0 in padding columns
   // and ignored rows.
   virtual void cross_entropy_backward(Storage* dlogits, const Storage* logits,

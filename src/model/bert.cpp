@@ -142,9 +142,9 @@ void BertT<Storage>::plan_activations(const ModelConfig& config, int micro_batch
   a.branch = take(N * C);
   a.picked = take(M * C), a.dense = take(M * C), a.dense_gelu = take(M * C);
   a.mlm_ln = take(M * C), a.mlm_mean = take_f32(M), a.mlm_rstd = take_f32(M);
-  a.logits = take(M * Vl), a.mlm_losses = take_f32(M);
+  a.logits = take(M * Vl), a.mlm_losses = take_f32(M), a.row_lse = take_f32(M);
   if (tp > 1) {
-    a.row_max = take_f32(M), a.row_sums = take_f32(2 * M), a.row_lse = take_f32(M);
+    a.row_max = take_f32(M), a.row_sums = take_f32(2 * M);
     a.argmax_scratch = take_f32(M);
   }
   a.cls = take(B * C), a.pooled_pre = take(B * C), a.pooled = take(B * C);
@@ -417,12 +417,9 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
     const size_t mc_bytes = size_t(M) * C * sizeof(Storage);
     be.zero(a.dlogits, size_t(M) * Vl * sizeof(Storage));
     for (Storage* d : {a.dmlm_ln, a.ddense_gelu, a.ddense, a.dpicked}) be.zero(d, mc_bytes);
-    if (layout_.tp == 1) {
-      be.cross_entropy_backward(a.dlogits, a.logits, a.mlm_targets, M, V_, Vp_, dloss_mlm);
-    } else {
-      be.cross_entropy_shard_backward(a.dlogits, a.logits, a.mlm_targets, a.row_lse, M, V_, Vl,
-                                      vocab_begin_, dloss_mlm);
-    }
+    // From the forward's lse at any tp (vocab_parallel_loss.h).
+    be.cross_entropy_shard_backward(a.dlogits, a.logits, a.mlm_targets, a.row_lse, M, V_, Vl,
+                                    vocab_begin_, dloss_mlm);
     be.matmul_backward(a.dmlm_ln, g.word, g.decoder_b, a.dlogits, a.mlm_ln, w.word, M, C, Vl);
     all_reduce_tp(a.dmlm_ln, int64_t{M} * C);  // the decoder is column-parallel (vocab rows)
     be.layernorm_backward(a.ddense_gelu, g.mlm_ln_w, g.mlm_ln_b, a.dmlm_ln, a.dense_gelu,

@@ -103,10 +103,10 @@ GptActivations<Storage> GptT<Storage>::plan_activations(const ModelConfig& confi
   a.lnf_rstd = take_f32(N);
   a.logits = take(N * Vl);
   a.losses = take_f32(N);
+  a.row_lse = take_f32(N);
   if (tp > 1) {
     a.row_max = take_f32(N);
     a.row_sums = take_f32(2 * N);
-    a.row_lse = take_f32(N);
   }
 
   a.dlogits = take(N * Vl);
@@ -229,12 +229,9 @@ void GptT<Storage>::backward(float dloss) {
   // head: logits = lnf · headᵀ, then the final layernorm. Every backward op accumulates into
   // its output, so each gradient is zeroed first.
   zero(a.dlogits, N * Vl);
-  if (layout_.tp == 1) {
-    be.cross_entropy_backward(a.dlogits, a.logits, a.targets, N, V_, Vl, dloss);
-  } else {
-    be.cross_entropy_shard_backward(a.dlogits, a.logits, a.targets, a.row_lse, N, V_, Vl,
-                                    vocab_begin_, dloss);
-  }
+  // From the forward's lse at any tp (vocab_parallel_loss.h).
+  be.cross_entropy_shard_backward(a.dlogits, a.logits, a.targets, a.row_lse, N, V_, Vl,
+                                  vocab_begin_, dloss);
   zero(a.dlnf, N * C);
   be.matmul_backward(a.dlnf, g.head, nullptr, a.dlogits, a.lnf, w.head, N, C, Vl);
   all_reduce_tp(a.dlnf, N * C);  // the head is column-parallel: its input's gradient sums

@@ -33,10 +33,10 @@ constexpr double kGeluBackwardFlops = 40 + 2;
 constexpr double kLayernormForwardFlops = 7;
 constexpr double kLayernormBackwardFlops = 14;
 // Cross-entropy per logit (src/backend/cpu/cross_entropy.cpp): running max (1), x − max (1),
-// exp (22), Σ (1) = 25 for the log-sum-exp; the backward recomputes it (the forward saves
-// only the losses) and adds exp(x − lse)·dloss into dlogits (1 + 22 + 1 + 1) = 50.
+// exp (22), Σ (1) = 25 for the log-sum-exp, which the forward saves; the backward adds
+// exp(x − lse)·dloss into dlogits (1 + 22 + 1 + 1) = 25.
 constexpr double kCrossEntropyForwardFlops = 3 + kExpFlops;
-constexpr double kCrossEntropyBackwardFlops = 2 * (3 + kExpFlops);
+constexpr double kCrossEntropyBackwardFlops = 3 + kExpFlops;
 // RoPE per rotated element of q and k (src/backend/cpu/rope.cpp): a pair takes 2·(2 mul +
 // 1 add) forward, 2·(2 mul + 2 add) backward (it accumulates); v is copied forward and added
 // backward (1 per element).
@@ -219,8 +219,8 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   add("residual_layernorm_forward next ln_1 / ln_f", KP::forward, L, residual_layernorm_bytes,
       residual_layernorm_flops);
   matmul_forward("head", 1, C, Vp, false);
-  // Only the V real columns of each logit row are read; losses (N) fp32 written.
-  add("cross_entropy_forward", KP::forward, 1, N * V * kBf16 + N * kI32 + N * kF32,
+  // Only the V real columns of each logit row are read; losses and lse (N) fp32 written.
+  add("cross_entropy_forward", KP::forward, 1, N * V * kBf16 + N * kI32 + 2 * N * kF32,
       kCrossEntropyForwardFlops * N * V);
   add("sum losses", KP::forward, 1, N * kF32, N);
 
@@ -233,8 +233,8 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   add("zero dln2, datty, dln1", KP::backward, 3 * L, N * C * kBf16, 0);
   add(rope ? "zero dqkv_rope, dqkv" : "zero dqkv", KP::backward, (rope ? 2 : 1) * L,
       N * 3 * C * kBf16, 0);
-  // logits and targets read, dlogits (V real columns) read and written.
-  add("cross_entropy_backward", KP::backward, 1, 3 * N * V * kBf16 + N * kI32,
+  // logits, targets and the forward's lse read, dlogits (V real columns) read and written.
+  add("cross_entropy_shard_backward", KP::backward, 1, 3 * N * V * kBf16 + N * kI32 + N * kF32,
       kCrossEntropyBackwardFlops * N * V);
   matmul_backward("head", 1, C, Vp, false);
   layernorm_backward("ln_f", 1);

@@ -338,6 +338,40 @@ TYPED_TEST(CrossEntropyShardTest, TpOneMatchesFusedOps) {
       worst_dlogits);
 }
 
+// (c) The forward's saved lse (the models' path at any tp, src/model/vocab_parallel_loss.h):
+// the losses are those of the forward without it, an ignored row's lse is 0, and
+// cross_entropy_shard_backward from it (vocab_begin 0, Vl = Vp) is cross_entropy_backward bit
+// for bit, since the forward's lse is the value the fused backward recomputes.
+TYPED_TEST(CrossEntropyShardTest, SavedLseGivesTheFusedBackwardBits) {
+  using S = TypeParam;
+  auto backend = Storage<S>::make();
+  Rng rng(13);
+  const float dloss = 0.37f;
+  for (const ShardShape& s : kShardShapes) {
+    SCOPED_TRACE("N=" + std::to_string(s.N) + " V=" + std::to_string(s.V));
+    const auto logits = shard_test_logits<S>(rng, s.N, s.V, s.Vp);
+    const auto dlogits0 = random_values<S>(rng, logits.size(), 1e-3);
+    DeviceBuffer<S, BackendT<S>> d_logits(*backend, logits), d_fused(*backend, dlogits0),
+        d_saved(*backend, dlogits0);
+    DeviceBuffer<int32_t, BackendT<S>> d_targets(*backend, s.targets);
+    DeviceBuffer<float, BackendT<S>> d_plain(*backend, size_t(s.N)),
+        d_losses(*backend, size_t(s.N)), d_lse(*backend, std::vector<float>(size_t(s.N), -1.0f));
+    backend->cross_entropy_forward(d_plain.get(), d_logits.get(), d_targets.get(), s.N, s.V, s.Vp);
+    backend->cross_entropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), s.N, s.V, s.Vp,
+                                   d_lse.get());
+    backend->cross_entropy_backward(d_fused.get(), d_logits.get(), d_targets.get(), s.N, s.V, s.Vp,
+                                    dloss);
+    backend->cross_entropy_shard_backward(d_saved.get(), d_logits.get(), d_targets.get(),
+                                          d_lse.get(), s.N, s.V, s.Vp, 0, dloss);
+    EXPECT_TRUE(same_bits(d_losses.download(), d_plain.download()));
+    const auto lse = d_lse.download();
+    for (int n = 0; n < s.N; n++) {
+      if (s.targets[n] < 0) EXPECT_EQ(lse[n], 0.0f) << "ignored row " << n;
+    }
+    EXPECT_TRUE(same_bits(d_saved.download(), d_fused.download()));
+  }
+}
+
 // (b) 2 and 4 shards, all-reduced on the host, against float64 computed here.
 TYPED_TEST(CrossEntropyShardTest, ShardsMatchFloat64) {
   using S = TypeParam;

@@ -169,6 +169,48 @@ TEST(CudaCrossEntropy, ForwardAndBackwardMatchCpu) {
       static_cast<long long>(worst_ulps));
 }
 
+// The forward's saved lse (the models' path, src/model/vocab_parallel_loss.h) on the cuda
+// backend: the same losses as without it, 0 for ignored rows, and the shard backward from it
+// is the fused backward bit for bit (both take the lse of the same row_statistics); the lse
+// itself agrees with the cpu's to the losses' bound.
+TEST(CudaCrossEntropy, SavedLseGivesTheFusedBackwardBits) {
+  BackendPair pair;
+  Rng rng(44);
+  const float dloss = 0.37f;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(describe(s));
+    const int o = s.offset;
+    const Inputs in = make_inputs(rng, s);
+    const auto dlogits0 = random_values<bf16>(rng, in.logits.size(), 1e-3);
+    const Mirrored<bf16> logits(pair, in.logits), fused(pair, dlogits0), saved(pair, dlogits0);
+    const Mirrored<int32_t> targets(pair, in.targets);
+    const Mirrored<float> plain(pair, std::vector<float>(size_t(s.N))),
+        losses(pair, std::vector<float>(size_t(s.N))),
+        lse(pair, std::vector<float>(size_t(s.N), -1.0f));
+    Backend& cuda = *pair.emulated;
+    cuda.cross_entropy_forward(plain.emulated(), logits.emulated() + o, targets.emulated(), s.N,
+                               s.V, s.Vp);
+    cuda.cross_entropy_forward(losses.emulated(), logits.emulated() + o, targets.emulated(), s.N,
+                               s.V, s.Vp, lse.emulated());
+    pair.cpu->cross_entropy_forward(losses.cpu(), logits.cpu() + o, targets.cpu(), s.N, s.V, s.Vp,
+                                    lse.cpu());
+    cuda.cross_entropy_backward(fused.emulated() + o, logits.emulated() + o, targets.emulated(),
+                                s.N, s.V, s.Vp, dloss);
+    cuda.cross_entropy_shard_backward(saved.emulated() + o, logits.emulated() + o,
+                                      targets.emulated(), lse.emulated(), s.N, s.V, s.Vp, 0, dloss);
+    expect_same_bits(losses.from_emulated(), plain.from_emulated(), "losses");
+    const auto got = lse.from_emulated(), want = lse.from_cpu();
+    for (int n = 0; n < s.N; n++) {
+      if (in.targets[n] < 0) {
+        EXPECT_EQ(got[n], 0.0f) << "ignored row " << n;
+        continue;
+      }
+      EXPECT_NEAR(got[n], want[n], 1e-5 * (1 + std::fabs(want[n]))) << "row " << n;
+    }
+    expect_same_bits(saved.from_emulated(), fused.from_emulated(), "dlogits");
+  }
+}
+
 // Targets ≥ V cannot be scored; the cpu backend throws, the kernel (which cannot) treats the
 // row as ignored: loss 0, no gradient, and no read outside the row.
 TEST(CudaCrossEntropy, TargetsOutsideTheVocabularyAreIgnored) {

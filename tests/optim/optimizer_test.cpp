@@ -79,7 +79,8 @@ class RecordingBackend final : public Backend {
                           const int32_t*, bool, int, int, int, int) override {
     unused();
   }
-  void cross_entropy_forward(float*, const bf16*, const int32_t*, int64_t, int, int) override {
+  void cross_entropy_forward(float*, const bf16*, const int32_t*, int64_t, int, int,
+                             float*) override {
     unused();
   }
   void cross_entropy_backward(bf16*, const bf16*, const int32_t*, int64_t, int, int,

@@ -146,9 +146,9 @@ class CountingBackend : public Backend {
     inner_->attention_backward(dqkv, dout, out, qkv, lse, mask, causal, B, T, NH, HS);
   }
   void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
-                             int V, int Vp) override {
+                             int V, int Vp, float* row_lse) override {
     calls["cross_entropy_forward"]++,
-        inner_->cross_entropy_forward(losses, logits, targets, N, V, Vp);
+        inner_->cross_entropy_forward(losses, logits, targets, N, V, Vp, row_lse);
   }
   void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
                               int V, int Vp, float dloss) override {
@@ -326,8 +326,9 @@ TEST(KernelCosts, BytesOfQkvMatmulsAttentionAndCrossEntropy) {
   // attention forward: qkv (72×144) read, out (72×48) written, lse (72 rows × 4 heads) fp32
   EXPECT_EQ(row_named(rows, "attention_forward").bytes,
             2 * (2 * (72 * 144 + 72 * 48) + 4 * 72 * 4));
-  // cross-entropy backward: the 300 real columns of logits read, dlogits read and written
-  EXPECT_EQ(row_named(rows, "cross_entropy_backward").bytes, 2 * 3 * 72 * 300 + 4 * 72);
+  // cross-entropy backward: the 300 real columns of logits read, dlogits read and written,
+  // targets and the forward's lse read
+  EXPECT_EQ(row_named(rows, "cross_entropy_shard_backward").bytes, 2 * 3 * 72 * 300 + 2 * 4 * 72);
   // the head's GEMM over all 384 padded columns, no bias
   EXPECT_EQ(row_named(rows, "matmul_forward head").bytes, 2 * (72 * 48 + 384 * 48 + 72 * 384));
   EXPECT_EQ(row_named(rows, "zero dlogits").bytes, 2 * 72 * 384);

@@ -159,8 +159,8 @@ class CpuBackend final : public BackendT<S> {
   }
 
   void cross_entropy_forward(float* losses, const S* logits, const int32_t* targets, int64_t N,
-                             int V, int Vp) override {
-    cpu::cross_entropy_forward(cx_, losses, logits, targets, N, V, Vp);
+                             int V, int Vp, float* row_lse = nullptr) override {
+    cpu::cross_entropy_forward(cx_, losses, logits, targets, N, V, Vp, row_lse);
   }
   void cross_entropy_backward(S* dlogits, const S* logits, const int32_t* targets, int64_t N, int V,
                               int Vp, float dloss) override {

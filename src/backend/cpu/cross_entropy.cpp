@@ -105,17 +105,20 @@ float sum_exp_of_columns(const S* x, int n, float max) {
 
 template <typename S>
 void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const int32_t* targets,
-                           int64_t N, int V, int Vp) {
+                           int64_t N, int V, int Vp, float* row_lse) {
   check_targets(targets, N, V);
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int64_t row = 0; row < N; row++) {
     const int32_t target = targets[row];
     if (target < 0) {
       losses[row] = 0.0f;
+      if (row_lse) row_lse[row] = 0.0f;
       continue;
     }
     const S* x = logits + row * Vp;  // (Vp)
-    losses[row] = log_sum_exp(x, V) - load(x[target]);
+    const float lse = log_sum_exp(x, V);
+    losses[row] = lse - load(x[target]);
+    if (row_lse) row_lse[row] = lse;
   }
 }
 
@@ -210,9 +213,9 @@ void cross_entropy_shard_backward(CpuContext& cx, S* dlogits, const S* logits,
 }
 
 template void cross_entropy_forward(CpuContext&, float*, const bf16*, const int32_t*, int64_t, int,
-                                    int);
+                                    int, float*);
 template void cross_entropy_forward(CpuContext&, float*, const float*, const int32_t*, int64_t, int,
-                                    int);
+                                    int, float*);
 template void cross_entropy_backward(CpuContext&, bf16*, const bf16*, const int32_t*, int64_t, int,
                                      int, float);
 template void cross_entropy_backward(CpuContext&, float*, const float*, const int32_t*, int64_t,

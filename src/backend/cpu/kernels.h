@@ -94,7 +94,7 @@ void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S*
 
 template <typename S>
 void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const int32_t* targets,
-                           int64_t N, int V, int Vp);
+                           int64_t N, int V, int Vp, float* row_lse = nullptr);
 template <typename S>
 void cross_entropy_backward(CpuContext& cx, S* dlogits, const S* logits, const int32_t* targets,
                             int64_t N, int V, int Vp, float dloss);

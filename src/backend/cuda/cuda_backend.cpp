@@ -217,8 +217,8 @@ class CudaBackend final : public Backend {
   }
 
   void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
-                             int V, int Vp) override {
-    cuda::cross_entropy_forward(cx_, losses, dev(logits), targets, N, V, Vp);
+                             int V, int Vp, float* row_lse = nullptr) override {
+    cuda::cross_entropy_forward(cx_, losses, dev(logits), targets, N, V, Vp, row_lse);
   }
   void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
                               int V, int Vp, float dloss) override {
