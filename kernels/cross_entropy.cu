@@ -140,15 +140,18 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* row_lse, cons
 }
 
 // dx[j] += (exp_approx(x[j] − lse) − [j == target])·dloss for the columns j < columns of one
-// row, by the whole block: the cpu's expressions (src/backend/cpu/cross_entropy.cpp). A target
-// outside [0, columns) (another rank's column) adds no −1. Columns from `columns` on (padding)
-// are not written. kVectorized: x and dx 16-byte aligned.
-template <bool kVectorized>
-__device__ void add_softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, float lse,
-                                     int64_t target, float dloss) {
-  auto gradient = [&](int j, float x_j, float dx_j) {
+// row, by the whole block: the cpu's expressions (src/backend/cpu/cross_entropy.cpp); without
+// kAccumulate dx[j] = that, the prior dx not read. A target outside [0, columns) (another
+// rank's column) adds no −1. Columns from `columns` on (padding) are not written. kVectorized:
+// x and dx 16-byte aligned.
+template <bool kVectorized, bool kAccumulate>
+__device__ void softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, float lse,
+                                 int64_t target, float dloss) {
+  auto gradient = [&](int j, float x_j, const bf16_t* dx_j) {
     const float p = math::exp_approx(x_j - lse);
-    return dx_j + (j == target ? p - 1.0f : p) * dloss;
+    const float g = (j == target ? p - 1.0f : p) * dloss;
+    if constexpr (kAccumulate) return to_bf16(to_float(*dx_j) + g);
+    return to_bf16(g);
   };
   int scalar_begin = 0;  // columns from here on go one at a time
   if constexpr (kVectorized) {
@@ -156,15 +159,21 @@ __device__ void add_softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, f
     for (int group = threadIdx.x; group < groups; group += blockDim.x) {
       const int j = group * kVector;
       const Packed128<bf16_t> xs = load128(x + j);
-      Packed128<bf16_t> ds = load128(dx + j);
+      Packed128<bf16_t> ds;
+      if constexpr (kAccumulate) ds = load128(dx + j);
       for (int k = 0; k < kVector; k++)
-        ds.values[k] = to_bf16(gradient(j + k, to_float(xs.values[k]), to_float(ds.values[k])));
+        ds.values[k] = gradient(j + k, to_float(xs.values[k]), &ds.values[k]);
       store128(dx + j, ds);
     }
     scalar_begin = groups * kVector;
   }
   for (int j = scalar_begin + int(threadIdx.x); j < columns; j += blockDim.x)
-    dx[j] = to_bf16(gradient(j, to_float(x[j]), to_float(dx[j])));
+    dx[j] = gradient(j, to_float(x[j]), &dx[j]);
+}
+
+// dx[j] = 0 for j in [begin, end), by the whole block.
+__device__ void write_zeros(bf16_t* dx, int begin, int end) {
+  for (int j = begin + int(threadIdx.x); j < end; j += blockDim.x) dx[j] = to_bf16(0.0f);
 }
 
 // dlogits (N, Vp) += (softmax − onehot(target))·dloss in columns j < V of block `row`'s row.
@@ -178,7 +187,7 @@ __global__ void cross_entropy_backward_kernel(bf16_t* dlogits, const bf16_t* log
   bf16_t* dx = dlogits + row * Vp;        // (Vp)
   __shared__ float statistics_shared[kStatisticsShared];
   const float lse = log_sum_exp(row_statistics<kVectorized>(x, V, target, statistics_shared));
-  add_softmax_gradient<kVectorized>(dx, x, V, lse, target, dloss);
+  softmax_gradient<kVectorized, true>(dx, x, V, lse, target, dloss);
 }
 
 void check_shape(const char* op, int64_t N, int V, int Vp) {
@@ -278,8 +287,9 @@ __global__ void cross_entropy_shard_loss_kernel(float* losses, float* lse, const
   losses[row] = row_lse - sums[N + row];
 }
 
-// dlogits (N, Vl) += (exp_approx(x − lse) − [column == target])·dloss in the real columns of
-// block `row`'s row; the expressions of cross_entropy_backward_kernel (and of the cpu).
+// dlogits (N, Vl) = (exp_approx(x − lse) − [column == target])·dloss in the real columns of
+// block `row`'s row, 0 in its padding columns, and 0 across an ignored row; the expressions of
+// cross_entropy_backward_kernel (and of the cpu) onto zeros.
 template <bool kVectorized>
 __global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_t* logits,
                                                     const int32_t* targets, const float* lse, int V,
@@ -287,10 +297,14 @@ __global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_
                                                     float dloss) {
   const int64_t row = blockIdx.x;
   const int target = targets[row];
-  if (target < 0 || target >= V) return;                       // ignored rows get nothing
+  bf16_t* dx = dlogits + row * Vl;  // (Vl)
+  if (target < 0 || target >= V) {  // an ignored row: zeros
+    write_zeros(dx, 0, Vl);
+    return;
+  }
   const int64_t local_target = int64_t(target) - vocab_begin;  // outside [0, real): another rank's
-  add_softmax_gradient<kVectorized>(dlogits + row * Vl, logits + row * Vl, real, lse[row],
-                                    local_target, dloss);
+  softmax_gradient<kVectorized, false>(dx, logits + row * Vl, real, lse[row], local_target, dloss);
+  write_zeros(dx, real, Vl);  // padding
 }
 
 void check_shard(const char* op, int64_t N, int V, int Vl, int64_t vocab_begin) {

@@ -196,10 +196,13 @@ class BackendT {
   //      none); sums[N + i] = x[target_i − vocab_begin] when the target is in this shard, else 0;
   //      then all_reduce_sum(sums, 2N).
   //   3. lse (N) = row_max + log(sums[i]); losses (N) = lse − sums[N + i]; both 0 for targets < 0.
-  // Backward: dlogits (N, Vl) += (exp(x[j] − lse[i]) − [vocab_begin + j == target_i]) · dloss
-  // in the real columns; nothing for rows with targets < 0. Targets >= V are an error (cpu throws
-  // like cross_entropy_forward; kernels ignore them as the existing kernels do).
-  // With vocab_begin = 0 and Vl = Vp these give cross_entropy_forward/backward's results.
+  // Backward: dlogits (N, Vl) = (exp(x[j] − lse[i]) − [vocab_begin + j == target_i]) · dloss
+  // in the real columns, 0 in the padding columns and in rows with targets < 0: it writes every
+  // element, the one backward op that does not accumulate (dlogits has no other contribution,
+  // and writing spares the model zeroing its largest gradient first). Targets >= V are an error
+  // (cpu throws like cross_entropy_forward; kernels treat them as ignored, writing zeros).
+  // With vocab_begin = 0 and Vl = Vp these give cross_entropy_forward's results and
+  // cross_entropy_backward's onto a zeroed dlogits.
   virtual void cross_entropy_shard_max(float* row_max, const Storage* logits, int64_t N, int V,
                                        int Vl, int64_t vocab_begin) = 0;
   virtual void cross_entropy_shard_sums(float* sums, const Storage* logits, const int32_t* targets,

@@ -415,9 +415,9 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
   be.zero(a.dx, nc_bytes);  // gradient of the last layer's output
   if (M > 0) {
     const size_t mc_bytes = size_t(M) * C * sizeof(Storage);
-    be.zero(a.dlogits, size_t(M) * Vl * sizeof(Storage));
     for (Storage* d : {a.dmlm_ln, a.ddense_gelu, a.ddense, a.dpicked}) be.zero(d, mc_bytes);
-    // From the forward's lse at any tp (vocab_parallel_loss.h).
+    // Writes all of dlogits (no zeroing), from the forward's lse at any tp
+    // (vocab_parallel_loss.h).
     be.cross_entropy_shard_backward(a.dlogits, a.logits, a.mlm_targets, a.row_lse, M, V_, Vl,
                                     vocab_begin_, dloss_mlm);
     be.matmul_backward(a.dmlm_ln, g.word, g.decoder_b, a.dlogits, a.mlm_ln, w.word, M, C, Vl);

@@ -227,9 +227,8 @@ void GptT<Storage>::backward(float dloss) {
   };
 
   // head: logits = lnf · headᵀ, then the final layernorm. Every backward op accumulates into
-  // its output, so each gradient is zeroed first.
-  zero(a.dlogits, N * Vl);
-  // From the forward's lse at any tp (vocab_parallel_loss.h).
+  // its output, so each gradient is zeroed first, except dlogits: the cross-entropy backward
+  // writes all of it, from the forward's lse at any tp (vocab_parallel_loss.h).
   be.cross_entropy_shard_backward(a.dlogits, a.logits, a.targets, a.row_lse, N, V_, Vl,
                                   vocab_begin_, dloss);
   zero(a.dlnf, N * C);

@@ -225,7 +225,6 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   add("sum losses", KP::forward, 1, N * kF32, N);
 
   // ---- backward (GptT::backward); the zeroed gradients are memsets ----
-  add("zero dlogits", KP::backward, 1, N * Vp * kBf16, 0);
   add("zero dlnf", KP::backward, 1, N * C * kBf16, 0);
   add("zero dresidual", KP::backward, 1, N * C * kBf16, 0);
   // Each layer's gradients (GptLayerGradients), zeroed before the layer's backward.
@@ -233,9 +232,9 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   add("zero dln2, datty, dln1", KP::backward, 3 * L, N * C * kBf16, 0);
   add(rope ? "zero dqkv_rope, dqkv" : "zero dqkv", KP::backward, (rope ? 2 : 1) * L,
       N * 3 * C * kBf16, 0);
-  // logits, targets and the forward's lse read, dlogits (V real columns) read and written.
-  add("cross_entropy_shard_backward", KP::backward, 1, 3 * N * V * kBf16 + N * kI32 + N * kF32,
-      kCrossEntropyBackwardFlops * N * V);
+  // logits (V real columns), targets and the forward's lse read; all of dlogits written.
+  add("cross_entropy_shard_backward", KP::backward, 1,
+      N * V * kBf16 + N * Vp * kBf16 + N * kI32 + N * kF32, kCrossEntropyBackwardFlops * N * V);
   matmul_backward("head", 1, C, Vp, false);
   layernorm_backward("ln_f", 1);
   matmul_backward("fc2", L, F, C, true);

@@ -170,9 +170,9 @@ TEST(CudaCrossEntropy, ForwardAndBackwardMatchCpu) {
 }
 
 // The forward's saved lse (the models' path, src/model/vocab_parallel_loss.h) on the cuda
-// backend: the same losses as without it, 0 for ignored rows, and the shard backward from it
-// is the fused backward bit for bit (both take the lse of the same row_statistics); the lse
-// itself agrees with the cpu's to the losses' bound.
+// backend: the same losses as without it, 0 for ignored rows, and the shard backward from it,
+// written over any prior dlogits, is the fused backward onto zeros bit for bit (both take the
+// lse of the same row_statistics); the lse itself agrees with the cpu's to the losses' bound.
 TEST(CudaCrossEntropy, SavedLseGivesTheFusedBackwardBits) {
   BackendPair pair;
   Rng rng(44);
@@ -181,8 +181,12 @@ TEST(CudaCrossEntropy, SavedLseGivesTheFusedBackwardBits) {
     SCOPED_TRACE(describe(s));
     const int o = s.offset;
     const Inputs in = make_inputs(rng, s);
-    const auto dlogits0 = random_values<bf16>(rng, in.logits.size(), 1e-3);
-    const Mirrored<bf16> logits(pair, in.logits), fused(pair, dlogits0), saved(pair, dlogits0);
+    // Prior dlogits: zeros for the fused op, values at the gradient's scale for the shard op,
+    // the filler before the tensor (offset) 0 in both (neither writes it).
+    const std::vector<bf16> zeros(in.logits.size(), float_to_bf16(0.0f));
+    auto prior = random_values<bf16>(rng, in.logits.size(), 1e-3);
+    std::fill(prior.begin(), prior.begin() + o, float_to_bf16(0.0f));
+    const Mirrored<bf16> logits(pair, in.logits), fused(pair, zeros), saved(pair, prior);
     const Mirrored<int32_t> targets(pair, in.targets);
     const Mirrored<float> plain(pair, std::vector<float>(size_t(s.N))),
         losses(pair, std::vector<float>(size_t(s.N))),
@@ -369,8 +373,9 @@ TEST(CudaCrossEntropy, ShardStagesMatchCpu) {
       }
     }
 
-    // Backward from the same lse (the cpu's, given to both) onto the same prior values: bits;
-    // padding columns, ignored rows and the filler before the tensor keep their prior bits.
+    // Backward from the same lse (the cpu's, given to both) over the same prior values: bits;
+    // padding columns and ignored rows are written 0, the filler before the tensor keeps its
+    // prior bits.
     const Mirrored<float> saved_lse(pair, lse.from_cpu());
     for (int shard = 0; shard < c.tp; shard++) {
       const int64_t begin = int64_t(shard) * Vl;
@@ -388,10 +393,11 @@ TEST(CudaCrossEntropy, ShardStagesMatchCpu) {
       for (size_t k = 0; k < got.size(); k++) {
         const bool before = k < size_t(o);
         const int n = before ? -1 : int((k - o) / Vl), j = before ? -1 : int((k - o) % Vl);
-        if ((before || begin + j >= c.V || in.targets[n] < 0) && got[k].bits != prior[k].bits &&
+        const bool zero = !before && (begin + j >= c.V || in.targets[n] < 0);
+        if (((before && got[k].bits != prior[k].bits) || (zero && got[k].bits != 0)) &&
             ++misses <= 5)
           ADD_FAILURE() << "shard " << shard << " element " << k
-                        << " (filler, padding or ignored row) changed";
+                        << (before ? " (filler) changed" : " (padding or ignored row) not 0");
       }
       EXPECT_EQ(misses, 0);
     }
@@ -403,7 +409,7 @@ TEST(CudaCrossEntropy, ShardStagesMatchCpu) {
 }
 
 // Targets ≥ V: the shard kernels read no target logit for them (even one in this shard's
-// padding columns) and write no gradient, as the fused kernels.
+// padding columns) and treat the row as ignored: zeros, as the fused kernels add nothing.
 TEST(CudaCrossEntropy, ShardTargetsOutsideTheVocabularyAreIgnored) {
   BackendPair pair;
   Rng rng(44);
@@ -429,8 +435,7 @@ TEST(CudaCrossEntropy, ShardTargetsOutsideTheVocabularyAreIgnored) {
   const auto got = d_dlogits.from_emulated();
   for (int n : {0, 2, 3}) {
     for (int j = 0; j < Vl; j++)
-      EXPECT_EQ(got[size_t(n) * Vl + j].bits, dlogits0[size_t(n) * Vl + j].bits)
-          << "row " << n << " column " << j;
+      EXPECT_EQ(got[size_t(n) * Vl + j].bits, 0) << "row " << n << " column " << j;
   }
   EXPECT_NE(got[size_t(1) * Vl + 1].bits, dlogits0[size_t(1) * Vl + 1].bits);
 }

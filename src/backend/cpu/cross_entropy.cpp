@@ -50,6 +50,17 @@ void add_scaled_softmax(S* dx, const S* x, int begin, int end, float lse, float 
   }
 }
 
+// dx[j] = exp_approx(x[j] − lse)·dloss for j in [begin, end), and zeros: the writing backward.
+template <typename S>
+void write_scaled_softmax(S* dx, const S* x, int begin, int end, float lse, float dloss) {
+#pragma omp simd
+  for (int j = begin; j < end; j++) store(dx[j], exp_approx(load(x[j]) - lse) * dloss);
+}
+template <typename S>
+void write_zeros(S* dx, int begin, int end) {
+  for (int j = begin; j < end; j++) store(dx[j], 0.0f);
+}
+
 // Throws if any target is >= V (a token id the loss cannot score). Negative means ignored.
 void check_targets(const int32_t* targets, int64_t N, int V) {
   for (int64_t row = 0; row < N; row++) {
@@ -196,19 +207,20 @@ void cross_entropy_shard_backward(CpuContext& cx, S* dlogits, const S* logits,
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int64_t row = 0; row < N; row++) {
     const int32_t target = targets[row];
-    if (target < 0) continue;        // ignored rows and padding columns get nothing
     const S* x = logits + row * Vl;  // (Vl)
     S* dx = dlogits + row * Vl;      // (Vl)
-    const int64_t local_target = int64_t(target) - vocab_begin;
-    if (local_target < 0 || local_target >= real) {  // the target is another rank's column
-      add_scaled_softmax(dx, x, 0, real, lse[row], dloss);
+    if (target < 0) {                // an ignored row: zeros
+      write_zeros(dx, 0, Vl);
       continue;
     }
-    // As cross_entropy_backward: the target column apart, so the loops have no condition.
-    const int t = static_cast<int>(local_target);
-    add_scaled_softmax(dx, x, 0, t, lse[row], dloss);
-    store(dx[t], load(dx[t]) + (exp_approx(load(x[t]) - lse[row]) - 1.0f) * dloss);
-    add_scaled_softmax(dx, x, t + 1, real, lse[row], dloss);
+    // The expressions of cross_entropy_backward onto zeros, the target column apart.
+    write_scaled_softmax(dx, x, 0, real, lse[row], dloss);
+    const int64_t local_target = int64_t(target) - vocab_begin;
+    if (local_target >= 0 && local_target < real) {  // else another rank's column
+      const int t = static_cast<int>(local_target);
+      store(dx[t], (exp_approx(load(x[t]) - lse[row]) - 1.0f) * dloss);
+    }
+    write_zeros(dx, real, Vl);  // padding
   }
 }
 
