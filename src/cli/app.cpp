@@ -4,12 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <iostream>
 
 #include "cli/commands.h"
 #include "collage_version.h"
 #include "config/config_fields.h"
 #include "core/error.h"
+#include "core/error_lines.h"
 
 namespace collage {
 namespace {
@@ -73,15 +73,15 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "collage: error: " << describe_parse_error(app, e, argc, argv) << "\n";
+    print_error("collage: error: ", describe_parse_error(app, e, argc, argv));
     return 2;
   } catch (const ExitStatus& e) {
     return e.status;
   } catch (const Error& e) {
-    std::cerr << "collage: error: " << e.what() << "\n";
+    print_error("collage: error: ", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "collage: internal error: " << e.what() << "\n";
+    print_error("collage: internal error: ", e.what());
     return 2;
   }
   return 0;

@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
-#include <iostream>
 
 #include "core/error.h"
+#include "core/error_lines.h"
 #include "dist/rank_watchdog.h"
 #include "dist/staged_comm.h"
 #if defined(COLLAGE_HAVE_CUDA)
@@ -108,9 +108,10 @@ void ParallelRun::lead_rank_first(const std::function<void()>& work) {
 
 void ParallelRun::abort_job(const std::string& message) {
   if (!multi_rank() && !session_) return;
-  const std::string line = fmt::format("collage: error: rank {} of {}: {}", layout_.world_rank,
-                                       layout_.world_size, message);
-  std::cerr << line << std::endl;
+  // One write(2) for the whole line (core/error_lines.h): ranks failing together stay apart.
+  write_to_stderr(error_lines(
+      "collage: error: ", fmt::format("rank {} of {}: ", layout_.world_rank, layout_.world_size),
+      message));
   if (auto logger = spdlog::default_logger()) {
     logger->error("rank {}: {}", layout_.world_rank, message);
     logger->flush();
