@@ -432,10 +432,25 @@ std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest) {
   return paths;
 }
 
+void check_shard_of_set(const Checkpoint& manifest, const Checkpoint& shard) {
+  COLLAGE_CHECK(shard.step == manifest.step,
+                "{}: a shard of step {}, listed by the manifest {} of step {}: the set mixes "
+                "saves",
+                shard.path, shard.step, manifest.path, manifest.step);
+  if (!manifest.meta.contains("save_id")) return;
+  const std::string want = manifest.meta.at("save_id").dump();
+  const std::string got = shard.meta.contains("save_id") ? shard.meta.at("save_id").dump() : "none";
+  COLLAGE_CHECK(got == want,
+                "{}: written by another save (save_id {}) than its manifest {} (save_id {}): "
+                "the set mixes saves, as when a rank was killed while the step was rewritten",
+                shard.path, got, manifest.path, want);
+}
+
 void verify_checkpoint(const std::string& path) {
-  // A manifest is good only with every shard it lists.
-  for (const std::string& shard : checkpoint_shard_paths(read_checkpoint(path, false)))
-    read_checkpoint(shard, false);
+  // A manifest is good only with every shard it lists, each of its own save.
+  const Checkpoint manifest = read_checkpoint(path, false);
+  for (const std::string& shard : checkpoint_shard_paths(manifest))
+    check_shard_of_set(manifest, read_checkpoint(shard, false));
 }
 
 std::string resolve_resume(const std::string& arg, const std::string& dir) {

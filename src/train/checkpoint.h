@@ -23,7 +23,10 @@
 // `<dir>/step_<step>.ckpt` as the set's manifest: a checkpoint without tensors whose metadata
 // lists the shard files ("shards": names relative to dir). A crash before the manifest leaves
 // no step_<step>.ckpt, so the set is never resumed from; a manifest verifies only with every
-// shard it lists.
+// shard it lists, each of its step and of its save: the manifest and every shard carry the
+// set's "save_id" (a random 64-bit number in hex, one per save), so a shard left by another
+// save of the same step (a rank killed while a resumed run rewrote the step) or copied from
+// another step never verifies with the manifest.
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -75,8 +78,12 @@ Checkpoint read_checkpoint_header(const std::string& path);
 std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest);
 
 // The checks of load_checkpoint() without keeping the tensor data in memory; for a manifest,
-// of every shard it lists too.
+// of every shard it lists too, and that each belongs to the manifest's save.
 void verify_checkpoint(const std::string& path);
+
+// Throws Error naming `shard` unless it belongs to `manifest`'s set: the same step, and the
+// same save_id when the manifest has one (sets written before save ids have none).
+void check_shard_of_set(const Checkpoint& manifest, const Checkpoint& shard);
 
 // step -> path of every `step_<digits>.ckpt` in `dir` (or, with `suffix` ".ckpt.tmp",
 // leftovers of interrupted saves); empty when `dir` does not exist.

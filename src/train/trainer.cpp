@@ -200,8 +200,8 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend
 }
 
 std::string save(Run& run) {
-  const Checkpoint part = make_training_checkpoint(run.config, *run.backend, run.model(),
-                                                   *run.optimizer, run.progress, run.layout);
+  Checkpoint part = make_training_checkpoint(run.config, *run.backend, run.model(), *run.optimizer,
+                                             run.progress, run.layout);
   const std::string path =
       run.parallel.multi_rank()
           ? save_checkpoint_set(checkpoint_dir(run.config), part, run.layout,

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
 
 #include "core/error.h"
 #include "model/tensor_shards.h"
@@ -68,8 +69,14 @@ Checkpoint make_training_checkpoint(const Config& config, Backend& backend,
   return ckpt;
 }
 
-std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
-                                const RankLayout& layout, Comm& world, int keep) {
+std::string save_checkpoint_set(const std::string& dir, Checkpoint& part, const RankLayout& layout,
+                                Comm& world, int keep) {
+  // The set's save id (checkpoint.h): rank 0's random number, in every shard and the manifest.
+  uint64_t save_id = 0;
+  if (world.rank() == 0)
+    save_id = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  world.broadcast(&save_id, sizeof save_id, 0);
+  part.meta["save_id"] = fmt::format("{:016x}", save_id);
   const std::string shard_name = (fs::path(checkpoint_shard_directory_name(part.step)) /
                                   fmt::format("rank_{:05d}.ckpt", layout.world_rank))
                                      .string();
@@ -145,7 +152,11 @@ std::vector<SavedPart> load_parts(const Checkpoint& top) {
   if (shards.empty()) {
     parts.push_back(describe(top));
   } else {
-    for (const std::string& shard : shards) parts.push_back(describe(load_checkpoint(shard)));
+    for (const std::string& shard : shards) {
+      Checkpoint part = load_checkpoint(shard);
+      check_shard_of_set(top, part);
+      parts.push_back(describe(std::move(part)));
+    }
   }
   return parts;
 }

@@ -42,10 +42,10 @@ Checkpoint make_training_checkpoint(const Config& config, Backend& backend,
 
 // A multi-rank save: every rank calls it with its part (ignored when !saves_checkpoint_part);
 // the parts go to <dir>/step_N.shards/rank_R.ckpt, then rank 0 commits the set's manifest
-// <dir>/step_N.ckpt (checkpoint.h). Returns the manifest's path on every rank, once it is
-// committed.
-std::string save_checkpoint_set(const std::string& dir, const Checkpoint& part,
-                                const RankLayout& layout, Comm& world, int keep);
+// <dir>/step_N.ckpt (checkpoint.h). Stamps the set's save_id into part.meta. Returns the
+// manifest's path on every rank, once it is committed.
+std::string save_checkpoint_set(const std::string& dir, Checkpoint& part, const RankLayout& layout,
+                                Comm& world, int keep);
 
 // Only the weights of `path` (any layout) into the model: `collage train --init-from`, a new
 // run from another's weights with a fresh optimizer state, schedule and data position (BERT's

@@ -17,6 +17,9 @@
 #include <thread>
 
 #include "core/error.h"
+#include "dist/comm.h"
+#include "train/parallel_run.h"
+#include "train/training_checkpoint.h"
 
 namespace collage {
 namespace {
@@ -310,6 +313,46 @@ TEST_F(CheckpointTest, ResumeArguments) {
   EXPECT_EQ(resolve_resume(dir_, "/elsewhere"), file(3));
   EXPECT_EQ(error_of([&] { resolve_resume(file(4), dir_); }),
             file(4) + ": no such checkpoint file");
+}
+
+// A checkpoint set is one save (checkpoint.h): the manifest and every shard carry the save's
+// id, so files of two saves never verify together. Two ways to mix them, from a user's report:
+// a resumed run rewrites step 60 and its rank-0 process is killed after another rank replaced
+// its shard but before the manifest was rewritten (here: the old manifest put back after the
+// rewrite); and step 55's shard copied over step 60's. Either way step 60 must not verify,
+// naming the shard, and `--resume latest` must fall back to step 55.
+TEST_F(CheckpointTest, ASetMixingSavesNeverVerifies) {
+  const std::unique_ptr<Comm> world = make_single_comm();
+  const RankLayout layout;
+  for (int64_t step : {55, 60}) {
+    Checkpoint part = sample(step);
+    save_checkpoint_set(dir_, part, layout, *world, 5);
+  }
+  const std::string shard = (fs::path(dir_) / "step_00000060.shards" / "rank_00000.ckpt").string();
+  const nlohmann::json id = read_checkpoint_header(file(60)).meta.at("save_id");
+  EXPECT_EQ(read_checkpoint_header(shard).meta.at("save_id"), id);
+  EXPECT_EQ(resolve_resume("latest", dir_), file(60));
+
+  // 1. Step 60 rewritten by another save: a new id, and a mixed set once the old manifest is back.
+  const std::vector<uint8_t> old_manifest = read_bytes(file(60));
+  Checkpoint rewrite = sample(60, 9);
+  save_checkpoint_set(dir_, rewrite, layout, *world, 5);
+  EXPECT_NE(read_checkpoint_header(file(60)).meta.at("save_id"), id);
+  EXPECT_NO_THROW(verify_checkpoint(file(60)));
+  write_bytes(file(60), old_manifest);
+  const std::string mixed = error_of([&] { verify_checkpoint(file(60)); });
+  EXPECT_NE(mixed.find(shard + ": written by another save"), std::string::npos) << mixed;
+  EXPECT_EQ(resolve_resume("latest", dir_), file(55));
+
+  // 2. Step 55's shard in step 60's set (under a manifest of its own save again).
+  Checkpoint again = sample(60);
+  save_checkpoint_set(dir_, again, layout, *world, 5);
+  EXPECT_EQ(resolve_resume("latest", dir_), file(60));
+  fs::copy_file(fs::path(dir_) / "step_00000055.shards" / "rank_00000.ckpt", shard,
+                fs::copy_options::overwrite_existing);
+  const std::string copied = error_of([&] { verify_checkpoint(file(60)); });
+  EXPECT_NE(copied.find(shard + ": a shard of step 55"), std::string::npos) << copied;
+  EXPECT_EQ(resolve_resume("latest", dir_), file(55));
 }
 
 // Crash safety: a child process saves checkpoints in a loop and is killed at a random
