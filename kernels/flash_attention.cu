@@ -51,7 +51,7 @@ constexpr int kRows = kWarps * 16;  // queries (forward, dq) or keys (dk, dv) of
 // and reads them at each use rather than holding them as register fragments: fewer registers
 // per thread, so more resident warps to hide the latencies that bound these kernels. On sm_90
 // at HS 64: forward 126 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128:
-// 168 (3, a 32-key tile so that 3 blocks' shared memory fits), 168 (3), 238 (2). With A in
+// 160 (3, a 32-key tile so that 3 blocks' shared memory fits), 168 (3), 238 (2). With A in
 // registers and 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64.
 template <int kHeadSize>
 constexpr int kKeyTile = kHeadSize == 64 ? 64 : 32;  // keys of a staged tile (forward)
