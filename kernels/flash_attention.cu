@@ -206,28 +206,34 @@ __device__ __forceinline__ void accumulate_pair(bf16_t* dst, float scale, float 
   dst[1] = to_bf16(to_float(dst[1]) + scale * second);
 }
 
-// The k and v tiles of the forward and dq kernels, double-buffered: while the warps work on the
-// tile in one buffer, cp.async fills the other with the next. Shared memory holds k(0), v(0),
-// k(1), v(1), each (kTileRows, kStride).
+// The tiles of two (T, HS) matrices that a kernel walks together (k and v in the forward and
+// dq, q and dout in dk, dv), double-buffered: while the warps work on the tiles in one buffer,
+// cp.async fills the other with the next. Shared memory holds first(0), second(0), first(1),
+// second(1), each (kTileRows, kStride).
 template <int kHeadSize, int kTileRows>
-struct KeyTiles {
+struct TilePairs {
   static constexpr int kElements = kTileRows * kStride<kHeadSize>;
   bf16_t* shared;
-  __device__ bf16_t* k(int buffer) const { return shared + 2 * buffer * kElements; }
-  __device__ bf16_t* v(int buffer) const { return shared + (2 * buffer + 1) * kElements; }
-  // Starts copying the key tile at k0 into `buffer` (one commit group).
-  __device__ void start(const HeadSlices& head, int k0, int buffer, int T) const {
-    stage_async<kHeadSize, kTileRows>(k(buffer), head.k, head.row_stride, k0, T);
-    stage_async<kHeadSize, kTileRows>(v(buffer), head.v, head.row_stride, k0, T);
+  const bf16_t* first_rows;  // row stride first_stride
+  int64_t first_stride;
+  const bf16_t* second_rows;  // row stride second_stride
+  int64_t second_stride;
+  __device__ bf16_t* first(int buffer) const { return shared + 2 * buffer * kElements; }
+  __device__ bf16_t* second(int buffer) const { return shared + (2 * buffer + 1) * kElements; }
+  __device__ bf16_t* end() const { return shared + 4 * kElements; }  // what follows in shared
+  // Starts copying rows [row0, row0 + kTileRows) of both into `buffer` (one commit group).
+  __device__ void start(int row0, int buffer, int T) const {
+    stage_async<kHeadSize, kTileRows>(first(buffer), first_rows, first_stride, row0, T);
+    stage_async<kHeadSize, kTileRows>(second(buffer), second_rows, second_stride, row0, T);
     copy_async_commit();
   }
-  // At the top of the loop over key tiles: waits until the tile at k0 (in `buffer`) has landed
-  // and every warp is done with the previous one, then starts the one after it into the
-  // other buffer.
-  __device__ void next(const HeadSlices& head, int k0, int key_end, int buffer, int T) const {
+  // At the top of the loop over the tiles: waits until the tiles at row0 (in `buffer`) have
+  // landed and every warp is done with the previous ones, then starts the next (below
+  // row_end) into the other buffer.
+  __device__ void next(int row0, int row_end, int buffer, int T) const {
     copy_async_wait<0>();
     __syncthreads();
-    if (k0 + kTileRows < key_end) start(head, k0 + kTileRows, buffer ^ 1, T);
+    if (row0 + kTileRows < row_end) start(row0 + kTileRows, buffer ^ 1, T);
   }
 };
 
@@ -253,18 +259,19 @@ __global__ void __launch_bounds__(kThreads)
   // The block's q rows (kRows, kStride), staged once; then the key tiles.
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
   bf16_t* q_rows = shared;
-  const KeyTiles<kHeadSize, kTile> tiles{q_rows + kRows * kStride<kHeadSize>};
+  const TilePairs<kHeadSize, kTile> tiles{q_rows + kRows * kStride<kHeadSize>, head.k,
+                                          head.row_stride, head.v, head.row_stride};
   const int key_end = causal ? min(T, q0 + kRows) : T;  // keys any row of the block sees
   stage_async<kHeadSize, kRows>(q_rows, head.q, head.row_stride, q0, T);
-  tiles.start(head, 0, 0, T);  // the same commit group: the loop's first wait covers all
+  tiles.start(0, 0, T);  // the same commit group: the loop's first wait covers all
 
   const float scale_log2e = scale * kLog2e;
   float running_max[2] = {kAttentionMinusInf, kAttentionMinusInf};  // of q·k, unscaled
   float lane_sum[2] = {0.0f, 0.0f};  // this lane's share of Σ p, rescaled with the max
   FragmentC o[kDimBlocks];
   for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kTile, buffer ^= 1) {
-    tiles.next(head, k0, key_end, buffer, T);
-    const bf16_t *k_tile = tiles.k(buffer), *v_tile = tiles.v(buffer);
+    tiles.next(k0, key_end, buffer, T);
+    const bf16_t *k_tile = tiles.first(buffer), *v_tile = tiles.second(buffer);
     FragmentC s[kKeyBlocks];
     multiply_by_rows<kHeadSize, kTile>(s, q_rows, warp * 16, k_tile);
     // Scores, -inf where hidden: only tiles that reach past T, past the warp's first row
@@ -412,11 +419,12 @@ __global__ void __launch_bounds__(kThreads)
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
   bf16_t* q_rows = shared;
   bf16_t* dy_rows = q_rows + kRows * kStride<kHeadSize>;
-  const KeyTiles<kHeadSize, kDqKeyTile> tiles{dy_rows + kRows * kStride<kHeadSize>};
+  const TilePairs<kHeadSize, kDqKeyTile> tiles{dy_rows + kRows * kStride<kHeadSize>, head.k,
+                                               head.row_stride, head.v, head.row_stride};
   const int key_end = causal ? min(T, q0 + kRows) : T;
   stage_async<kHeadSize, kRows>(q_rows, head.q, head.row_stride, q0, T);
   stage_async<kHeadSize, kRows>(dy_rows, dout_head, C, q0, T);
-  tiles.start(head, 0, 0, T);  // the same commit group: the loop's first wait covers all
+  tiles.start(0, 0, T);  // the same commit group: the loop's first wait covers all
   float row_lse[2];
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++) row_lse[r] = rows[r] < T ? lse_head[rows[r]] : kAttentionMinusInf;
@@ -442,8 +450,8 @@ __global__ void __launch_bounds__(kThreads)
   // dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j, P and dP recomputed per key tile.
   FragmentC dq[kDimBlocks];
   for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kDqKeyTile, buffer ^= 1) {
-    tiles.next(head, k0, key_end, buffer, T);
-    const bf16_t *k_tile = tiles.k(buffer), *v_tile = tiles.v(buffer);
+    tiles.next(k0, key_end, buffer, T);
+    const bf16_t *k_tile = tiles.first(buffer), *v_tile = tiles.second(buffer);
     FragmentC s[kKeyBlocks], dp[kKeyBlocks];
     multiply_by_rows<kHeadSize, kDqKeyTile>(s, q_rows, warp * 16, k_tile);
     multiply_by_rows<kHeadSize, kDqKeyTile>(dp, dy_rows, warp * 16, v_tile);
@@ -484,17 +492,14 @@ __global__ void __launch_bounds__(kThreads)
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
   const float* delta_head = delta + (int64_t(b) * NH + h) * T;
 
-  // Shared memory: the block's k and v rows (kRows, kStride) each, staged once; the query tiles,
-  // double-buffered as the forward's key tiles: q(0), dout(0), q(1), dout(1), each
-  // (kTile, kStride); then their lse (2, kTile) and D (2, kTile).
+  // Shared memory: the block's k and v rows (kRows, kStride) each, staged once; the query tiles
+  // of q and dout (TilePairs); then their lse (2, kTile) and D (2, kTile).
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
   bf16_t* k_rows = shared;
   bf16_t* v_rows = k_rows + kRows * kStride<kHeadSize>;
-  bf16_t* tiles = v_rows + kRows * kStride<kHeadSize>;
-  constexpr int kElements = kTile * kStride<kHeadSize>;
-  auto q_tile = [&](int buffer) { return tiles + 2 * buffer * kElements; };
-  auto dy_tile = [&](int buffer) { return tiles + (2 * buffer + 1) * kElements; };
-  float* stats = reinterpret_cast<float*>(tiles + 4 * kElements);
+  const TilePairs<kHeadSize, kTile> tiles{v_rows + kRows * kStride<kHeadSize>, head.q,
+                                          head.row_stride, dout_head, C};
+  float* stats = reinterpret_cast<float*>(tiles.end());
   auto tile_lse = [&](int buffer) { return stats + buffer * kTile; };
   auto tile_delta = [&](int buffer) { return stats + (2 + buffer) * kTile; };
   stage_async<kHeadSize, kRows>(k_rows, head.k, head.row_stride, key0, T);
@@ -504,12 +509,6 @@ __global__ void __launch_bounds__(kThreads)
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++) key_seen[r] = keys[r] < T && key_visible(key_ok, keys[r]);
 
-  // Starts copying query tile i0's q and dout into `buffer` (one commit group).
-  auto start = [&](int i0, int buffer) {
-    stage_async<kHeadSize, kTile>(q_tile(buffer), head.q, head.row_stride, i0, T);
-    stage_async<kHeadSize, kTile>(dy_tile(buffer), dout_head, C, i0, T);
-    copy_async_commit();
-  };
   // Thread tid < kTile holds lse·log2 e and D of query i0 + tid (-inf and 0 past T), loaded a
   // tile ahead into registers and stored when the warps are done with the tile.
   auto lse_of = [&](int i) { return i < T ? lse_head[i] * kLog2e : kAttentionMinusInf; };
@@ -519,19 +518,16 @@ __global__ void __launch_bounds__(kThreads)
   FragmentC dk[kDimBlocks], dv[kDimBlocks];
   const int first_query = causal ? key0 : 0;  // queries before the block's first key see none
   const int tid = int(threadIdx.x);
-  start(first_query, 0);  // the same commit group as k and v: the loop's first wait covers all
+  tiles.start(first_query, 0, T);  // the same commit group as k and v: the first wait covers all
   if (tid < kTile)
     tile_lse(0)[tid] = lse_of(first_query + tid), tile_delta(0)[tid] = delta_of(first_query + tid);
   for (int i0 = first_query, buffer = 0; i0 < T; i0 += kTile, buffer ^= 1) {
-    copy_async_wait<0>();  // this thread's copies of the tile at i0
-    __syncthreads();       // everyone's; every warp is done with the previous tile
+    tiles.next(i0, T, buffer, T);
     const bool more = i0 + kTile < T;
     float next_lse = kAttentionMinusInf, next_delta = 0.0f;
-    if (more) {
-      start(i0 + kTile, buffer ^ 1);
-      if (tid < kTile) next_lse = lse_of(i0 + kTile + tid), next_delta = delta_of(i0 + kTile + tid);
-    }
-    const bf16_t *q_rows = q_tile(buffer), *dy_rows = dy_tile(buffer);
+    if (more && tid < kTile)
+      next_lse = lse_of(i0 + kTile + tid), next_delta = delta_of(i0 + kTile + tid);
+    const bf16_t *q_rows = tiles.first(buffer), *dy_rows = tiles.second(buffer);
     const float *row_lse = tile_lse(buffer), *row_delta = tile_delta(buffer);
     FragmentC s[kQueryBlocks], dp[kQueryBlocks];  // k·qᵀ and v·doutᵀ: (16 keys, kTile queries)
     multiply_by_rows<kHeadSize, kTile>(s, k_rows, warp * 16, q_rows);
@@ -585,7 +581,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Two buffers of two tiles (KeyTiles; the dk, dv kernel's query tiles with their lse and D),
+// Two buffers of two tiles (TilePairs; the dk, dv kernel's query tiles with their lse and D),
 // after the block's own two (kRows, kStride) matrices in the backward kernels.
 size_t forward_shared_bytes(int HS) {
   const int tile = HS == 64 ? kKeyTile<64> : kKeyTile<128>;

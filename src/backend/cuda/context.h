@@ -41,7 +41,7 @@ struct DeviceBuffer {
 // scratch reaches its final size in the first training step and nothing is allocated after.
 struct CudaScratch {
   DeviceBuffer embedding_rows;   // embedding_backward: (N) rows sorted by token, group starts
-  DeviceBuffer attention_delta;  // attention_backward: (B, NH, T) fp32 Σ_j P_ij·dP_ij
+  DeviceBuffer attention_delta;  // attention_backward: (B, NH, T) fp32 D_i = Σ_j P_ij·dP_ij
   DeviceBuffer column_partials;  // layernorm/bias backward: (row chunks, C) fp32 column sums
   DeviceBuffer block_partials;   // sum, sum_squares: per-block partial sums
   // optimizer_step's EDQ: per-block partial sums, then the last-block counter (0 between
