@@ -173,7 +173,13 @@ std::string rank_list(const std::vector<int>& ranks) {
 // waits up to `timeout_seconds` for all of them and then tells each to go on. A rank missing at
 // the deadline is named and the job ended with MPI_Abort, which (MPI not being finalized yet)
 // ends every rank, stopped ones too. The other ranks wait twice as long for rank 0's answer, so
-// that rank 0 is the one that names a missing rank; only a missing rank 0 is named by them.
+// that rank 0 is the one that names a missing rank; only a missing rank 0 is named by them, by
+// rank 1 first (the others wait kLaterExitSeconds longer, in case rank 1 is gone as well), and
+// they end the job by exiting with status 1, not by MPI_Abort: with rank 0 stopped, MPI_Abort
+// from another rank made Open MPI 4.1.4's mpirun crash in PMIx_server_finalize (12 of 90 runs,
+// 4 ranks on 2 loaded cores) or hang there with every rank gone (1 of 90, and once in CI). A
+// rank that exits is mpirun's ordinary failure path, and it kills the others, stopped ones too
+// (60 of 60 clean). Rank 0's MPI_Abort, with another rank stopped, was clean in 40 of 40.
 // Every request is complete on return: nothing is left pending for MPI_Finalize.
 void rendezvous_before_finalize(MPI_Comm comm, double timeout_seconds) {
   static const int kArrived = 1, kGoOn = 2;  // never change under MPI_Isend
@@ -181,7 +187,10 @@ void rendezvous_before_finalize(MPI_Comm comm, double timeout_seconds) {
   int rank = 0, size = 1;
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  const double wait_seconds = rank == 0 ? timeout_seconds : 2 * timeout_seconds;
+  constexpr double kLaterExitSeconds = 3;
+  const double wait_seconds = rank == 0   ? timeout_seconds
+                              : rank == 1 ? 2 * timeout_seconds
+                                          : 2 * timeout_seconds + kLaterExitSeconds;
   const Clock::time_point deadline =
       Clock::now() +
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_seconds));
@@ -232,6 +241,7 @@ void rendezvous_before_finalize(MPI_Comm comm, double timeout_seconds) {
                    rank, size, wait_seconds);
       }
       std::fflush(stderr);
+      if (rank != 0) std::_Exit(1);  // mpirun ends the others and exits with status 1
       MPI_Abort(MPI_COMM_WORLD, 1);  // ends every rank; mpirun exits with status 1
       std::abort();                  // MPI_Abort does not return
     }

@@ -27,11 +27,13 @@ int launched_world_size();
 // Past the timeout, rank 0 prints
 //   collage: error: MPI_Finalize has waited T s for the other ranks: rank R (of N) has not
 //   reached it: it died or stalled after the rank watchdog stopped; ending the job
-// and calls MPI_Abort, which ends every rank, stopped ones too (the other ranks, if rank 0 is
-// the one missing, do the same after twice the timeout). Only then MPI_Finalize; a rank stopped
-// in the few instructions between the rendezvous and MPI_Finalize's own wait is left to a last
-// guard (this rank exits with status 1 after the timeout), which Open MPI 4.1 does not always
-// turn into the end of the job (see finalize_within in mpi_comm.cpp).
+// and calls MPI_Abort, which ends every rank, stopped ones too (if rank 0 is the one missing,
+// rank 1 names it after twice the timeout and exits with status 1, and mpirun ends the rest;
+// the others do the same 3 s later should rank 1 be gone too: see rendezvous_before_finalize
+// for why not MPI_Abort). Only then MPI_Finalize; a rank stopped in the few instructions
+// between the rendezvous and MPI_Finalize's own wait is left to a last guard (this rank exits
+// with status 1 after the timeout), which Open MPI 4.1 does not always turn into the end of the
+// job (see finalize_within in mpi_comm.cpp).
 // Destruction during an exception (this rank is failing): no MPI_Finalize, which would wait
 // for ranks that are waiting for this one in a collective. The watchdog thread is abandoned and
 // the process exits non-zero after printing its error; mpirun then ends the job.
