@@ -22,6 +22,10 @@
 #  - environment: scripts/launch/p4d-env.sh (what AWS documents for NCCL over EFA, with why),
 #    plus every NCCL_*, FI_*, OFI_NCCL_* and OMP_* variable of the caller, exported to every
 #    rank with -x; the names in COLLAGE_EXPORT (space-separated) as well.
+#  - stopping: SIGTERM, SIGINT, SIGHUP, SIGUSR1 or SIGUSR2 sent to this script (not to mpirun)
+#    stops every rank after its current step with a checkpoint, and this script exits 75
+#    (scripts/launch/stop-signals.sh). Make it the container's main process (exec it) so that
+#    `docker stop` or Kubernetes' SIGTERM reaches it.
 #
 # Options:
 #   --hostfile FILE     hosts, one per line (`host` or `host slots=N`; slots are replaced by
@@ -29,7 +33,9 @@
 #   --nodes N           use the first N hosts of the hostfile (default: all)
 #   --gpus-per-node G   ranks per node (default 8)
 #   --auto-resume       add `--resume latest` when <checkpoint dir>/latest exists, i.e. after a
-#                       preemption or requeue; a first run starts fresh
+#                       preemption or requeue; a first run starts fresh. Either way add
+#                       `--wait-lock 120` (unless given): the job before a requeue may still be
+#                       ending and hold the run's directories for a moment
 #   --checkpoint-dir D  the checkpoint directory --auto-resume looks in (default: read from
 #                       the --set arguments, then the config: checkpoint.dir, else
 #                       <logging.dir>/checkpoints)
@@ -171,8 +177,11 @@ resolve_checkpoint_dir() {
 }
 resume_note=""
 if ((auto_resume)); then
-  user_resumes=0
-  for arg in "${train_args[@]}"; do [[ $arg == --resume || $arg == --resume=* ]] && user_resumes=1; done
+  user_resumes=0 user_waits=0
+  for arg in "${train_args[@]}"; do
+    [[ $arg == --resume || $arg == --resume=* ]] && user_resumes=1
+    [[ $arg == --wait-lock || $arg == --wait-lock=* ]] && user_waits=1
+  done
   checkpoint_dir=${checkpoint_dir:-$(resolve_checkpoint_dir)}
   if ((user_resumes)); then
     resume_note="resume: as given in the collage arguments"
@@ -182,6 +191,7 @@ if ((auto_resume)); then
   else
     resume_note="resume: none, a fresh start ($checkpoint_dir/latest does not exist yet)"
   fi
+  ((user_waits)) || train_args+=(--wait-lock 120)
 fi
 
 # ---- environment for every rank
@@ -235,6 +245,11 @@ if ((dry_run)); then
 fi
 trap 'rm -f "$generated_hostfile"' EXIT
 echo "+ $(shell_line "${cmd[@]}")" >&2
+# SIGTERM, SIGINT, SIGHUP, SIGUSR1 or SIGUSR2 to this script: every rank stops after its current
+# step with a checkpoint, and this script exits 75 (stop-signals.sh says why mpirun itself must
+# not get them).
+# shellcheck source-path=SCRIPTDIR source=stop-signals.sh
+source "$script_dir/stop-signals.sh"
 status=0
-"${cmd[@]}" || status=$?
+run_with_stop_signals "${cmd[@]}" || status=$?
 exit "$status"

@@ -1,5 +1,5 @@
 // `collage train CONFIG.yaml [--set key=value ...] [--phase NAME] [--resume [latest|PATH]]
-//  [--convert-precision] [--init-from CHECKPOINT]`
+//  [--convert-precision] [--init-from CHECKPOINT] [--overwrite] [--wait-lock SECONDS]`
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -20,6 +20,7 @@ void add_train_command(CLI::App& root) {
     bool convert_precision = false;
     bool allow_config_change = false;
     bool overwrite = false;
+    double wait_lock_seconds = 0;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = root.add_subcommand(
@@ -32,13 +33,17 @@ void add_train_command(CLI::App& root) {
       "EDQ ratio and share of lost updates, tokens/s, ms/step) to the console and\n"
       "<logging.dir>/train.log, metrics to <logging.dir>/metrics.jsonl, the resolved config\n"
       "to <logging.dir>/config.yaml, and checkpoints to <checkpoint.dir> (default\n"
-      "<logging.dir>/checkpoints) every checkpoint.interval steps and at the end.\n"
+      "<logging.dir>/checkpoints) every checkpoint.interval steps and at the end. Both\n"
+      "directories are locked (collage.lock) for the run's life: a second run on either fails\n"
+      "naming the first one's pid (or waits for it with --wait-lock).\n"
       "Parallel: `mpirun -np N collage train CONFIG` trains on N ranks, parallel.tensor_parallel\n"
       "per tensor-parallel group and N / tensor_parallel data-parallel replicas (parallel.zero: 1\n"
       "shards the optimizer state over them); rank 0 logs, step lines add each rank's TP/DP\n"
       "traffic, and checkpoints resume at any layout (docs/PARALLEL.md, scripts/launch/).\n"
       "Preemption: SIGTERM, SIGUSR1 or SIGINT finish the current step, write a checkpoint and\n"
       "exit with status 75 (every rank stops at the same step); a second SIGINT aborts at once.\n"
+      "Under mpirun, signal the launcher script (scripts/launch/stop-signals.sh, which\n"
+      "mpirun-p4d.sh uses), not mpirun: Open MPI kills the ranks on a SIGTERM of its own.\n"
       "Exit status: 0 done, 75 stopped by a signal with a checkpoint (resume with --resume),\n"
       "1 an error (the message names the file, key or step), 2 a command line that does not\n"
       "parse or an internal error.");
@@ -73,6 +78,13 @@ void add_train_command(CLI::App& root) {
                 "Start a fresh run in a directory that holds an earlier run's checkpoints, "
                 "deleting them (without it, such a run is refused: continue it with --resume)")
       ->excludes(resume);
+  cmd->add_option("--wait-lock", options->wait_lock_seconds,
+                  "When another collage run holds logging.dir or checkpoint.dir (their "
+                  "collage.lock), wait up to SECONDS for it to end instead of failing at once: "
+                  "for a requeued job whose previous run may still be stopping "
+                  "(scripts/launch/ pass --wait-lock 120 with --auto-resume). Default 0")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->option_text("SECONDS");
   cmd->add_flag("--allow-config-change", options->allow_config_change,
                 "With --resume: continue although the config changes keys that make it another "
                 "run (model shape, vocab, seeds, seq_len, batch sizes, datasets, split); "
@@ -86,6 +98,7 @@ void add_train_command(CLI::App& root) {
     train_options.convert_precision = options->convert_precision;
     train_options.allow_config_change = options->allow_config_change;
     train_options.overwrite = options->overwrite;
+    train_options.wait_lock_seconds = options->wait_lock_seconds;
     train_options.init_from = options->init_from;
     TrainResult result = train(config, train_options);
     if (result.stopped_by_signal) throw ExitStatus{kExitStopped};

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/launcher_watch.h"
 #include "dist/rank_watchdog.h"
 
 namespace collage {
@@ -154,6 +155,7 @@ MpiSession::MpiSession() {
     fail("MPI: the library gives thread level {}, the trainer needs MPI_THREAD_FUNNELED", provided);
   }
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &finalize_comm_), "MPI_Comm_dup (finalize rendezvous)");
+  start_launcher_watch();  // a rank ends with its launcher (launcher_watch.h)
   active_ = true;
   uncaught_exceptions_ = std::uncaught_exceptions();
 }

@@ -10,15 +10,18 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/launcher_watch.h"
 #include "dist/mpi_comm.h"
 #include "optim/edq.h"
 #include "optim/lr_schedule.h"
@@ -382,7 +385,12 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     }
     write_metrics(record);
   }
+  // Fault injection for tests/parallel/preemption.py: COLLAGE_TEST_STEP_SECONDS=S makes every
+  // step last at least S seconds (a large model's steps, without its memory or compute).
+  const char* slow_steps = std::getenv("COLLAGE_TEST_STEP_SECONDS");
+  const double test_step_seconds = slow_steps ? std::atof(slow_steps) : 0;
   while (step < tc.max_steps) {
+    stop_if_launcher_gone();  // mpirun killed: not one more step (launcher_watch.h)
     const int64_t t = step + 1;
     const auto start = Clock::now();
     const CommTraffic tp_before = parallel.tp_traffic, dp_before = parallel.dp_traffic;
@@ -413,6 +421,9 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
         run.optimizer->step(t, lr, layout.zero ? parallel.host_world() : parallel.host_tp());
     run.gather_parameters();
     run.backend->synchronize();
+    if (test_step_seconds > seconds_since(start))
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(test_step_seconds - seconds_since(start)));
     step = t;
     const double step_seconds = seconds_since(start);
     const int64_t tp_bytes = parallel.tp_traffic.bytes - tp_before.bytes;
@@ -504,12 +515,21 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
 }  // namespace
 
 TrainResult train(const Config& config, const TrainOptions& options) {
-  ParallelRun parallel(config);            // MPI (under mpirun) lives as long as this
-  std::unique_ptr<RunDirectoryLock> lock;  // one run per logging.dir, held by world rank 0
+  ParallelRun parallel(config);  // MPI (under mpirun) lives as long as this
+  // One run per directory it writes, held by world rank 0 (run_directory.h).
+  std::unique_ptr<RunDirectoryLock> logging_lock, checkpoint_lock;
   ensure_writable_directory(config.logging.dir, "logging.dir");
   if (parallel.layout().world_rank == 0) {
     try {
-      lock = std::make_unique<RunDirectoryLock>(config.logging.dir);
+      logging_lock = std::make_unique<RunDirectoryLock>(config.logging.dir, "logging.dir",
+                                                        options.wait_lock_seconds);
+      const std::string checkpoints = checkpoint_dir(config);
+      ensure_writable_directory(checkpoints, "checkpoint.dir");
+      // One directory for both (checkpoint.dir: <logging.dir>): already locked, and a second
+      // flock of the same file from this process would wait for itself.
+      if (fs::canonical(checkpoints) != fs::canonical(config.logging.dir))
+        checkpoint_lock = std::make_unique<RunDirectoryLock>(checkpoints, "checkpoint.dir",
+                                                             options.wait_lock_seconds);
     } catch (const std::exception& e) {
       parallel.abort_job(e.what());  // the other ranks would wait for rank 0 for ever
       throw;

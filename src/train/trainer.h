@@ -25,6 +25,9 @@ struct TrainOptions {
   // A fresh run into a checkpoint.dir that holds checkpoints deletes them; without it such a run
   // is refused (resume it, or start over with this).
   bool overwrite = false;
+  // When another run holds logging.dir or checkpoint.dir (run_directory.h), wait up to this long
+  // for it to end before failing: a requeued job whose previous incarnation is still dying.
+  double wait_lock_seconds = 0;
 };
 
 struct TrainResult {

@@ -3,10 +3,14 @@
 #  - mpirun-p4d.sh --dry-run with a 2-node hostfile: rank count, hostfile slots, mapping and
 #    binding options, the EFA/NCCL variables exported with -x (defaults, the caller's, overrides),
 #    the config and collage arguments passed through; --auto-resume adding `--resume latest`
-#    only when <checkpoint dir>/latest exists; the real-run path (a stub mpirun); errors.
+#    only when <checkpoint dir>/latest exists, and `--wait-lock 120`; the real-run path (a stub
+#    mpirun); errors.
 #  - slurm-p4d.sbatch run as a plain bash script with fake SLURM_* variables and a stub
-#    scontrol: the same checks through it, its errors, and USR1 (the time-limit warning)
-#    requeueing the job while the launcher keeps running.
+#    scontrol: the same checks through it, its errors, USR1 (the time-limit warning) stopping
+#    the launcher and then requeueing the job, and TERM stopping it without a requeue.
+#  - stopping through the launcher (scripts/launch/stop-signals.sh): TERM, INT, HUP, USR1 or
+#    USR2 to mpirun-p4d.sh reach a stub mpirun as SIGUSR1 and the exit status is mpirun's; a
+#    second INT sends it SIGTERM.
 #  - when mpirun is Open MPI: the placement mpirun itself computes from the launcher's command
 #    (--do-not-launch): ranks 0-7 on the first node and 8-15 on the second, and on a synthetic
 #    two-socket node (tests/launch/two-socket-topology.xml, made by hwloc's
@@ -179,6 +183,12 @@ out=$(launch --hostfile "$work/hosts" --auto-resume --checkpoint-dir ck --dry-ru
 expect_eq "--checkpoint-dir ck: --resume" "$(resume_count "$out")" 1
 out=$(launch --hostfile "$work/hosts" --auto-resume --dry-run -- configs/gpt.yaml --resume ck/step_1.ckpt)
 expect_eq "the user's own --resume is not doubled" "$(resume_count "$out")" 1
+# A requeued job waits for the previous one's lock on the run's directories.
+expect_in "--auto-resume: --wait-lock 120 after the resume" "$(command_of "$(launch --hostfile "$work/hosts" --auto-resume --checkpoint-dir ck --dry-run -- configs/gpt.yaml)")" \
+  "train configs/gpt.yaml --resume latest --wait-lock 120"
+out=$(launch --hostfile "$work/hosts" --auto-resume --dry-run -- configs/gpt.yaml --wait-lock=5)
+expect_eq "the user's own --wait-lock is not doubled" "$(grep -o -- '--wait-lock' <<<"$(command_of "$out")" | wc -l)" 1
+expect_not_in "no --wait-lock without --auto-resume" "$(command_of "$(launch --hostfile "$work/hosts" --dry-run -- configs/gpt.yaml)")" "--wait-lock"
 
 # ---- the real-run path (stub mpirun): the dry run's command is what runs
 dry=$(command_of "$(launch --hostfile "$work/hosts" --dry-run -- configs/gpt.yaml --set parallel.zero=1)")
@@ -194,6 +204,44 @@ expect_eq "the same command as the dry run (but its hostfile)" \
 expect_eq "mpirun got the 2-node hostfile" "$(cat "$work/mpirun.hostfile")" "$(printf 'node-a slots=8\nnode-b slots=8')"
 used_hostfile=$(sed -n '/^--hostfile$/{n;p;}' "$work/mpirun.args")
 if [[ -n $used_hostfile && ! -e $used_hostfile ]]; then pass; else fail "the generated hostfile is removed after the run: $used_hostfile"; fi
+
+# ---- stopping (stop-signals.sh): a signal to the launcher reaches mpirun as SIGUSR1, which
+# Open MPI forwards to every rank; the launcher exits with mpirun's status (75 from collage).
+# The stub mpirun stands for the job: it runs until a signal and exits 75 on SIGUSR1, 1 on
+# SIGTERM (Open MPI's kill), recording the signal.
+cat >"$work/bin/waiting-mpirun" <<'EOF'
+#!/usr/bin/env bash
+trap 'echo USR1 >>"$STUB_DIR/signals"; exit 75' USR1
+trap 'echo TERM >>"$STUB_DIR/signals"; exit 1' TERM
+: >"$STUB_DIR/started"
+while :; do sleep 0.05; done
+EOF
+chmod +x "$work/bin/waiting-mpirun"
+# stop_launcher SIGNAL...: starts the launcher, sends each signal (0.3 s apart) once the stub
+# runs; prints the launcher's exit status and the signals the stub got.
+stop_launcher() {
+  rm -f "$work/started" "$work/signals"
+  # Job control: without it a background command starts with SIGINT ignored, and bash cannot
+  # trap a signal ignored on entry (a terminal's or a container's launcher gets it).
+  set -m
+  COLLAGE_BIN=$work/bin/collage COLLAGE_MPIRUN=$work/bin/waiting-mpirun \
+    "$launcher" --hostfile "$work/hosts" -- configs/gpt.yaml >"$work/stop.out" 2>&1 &
+  local job=$! signal status
+  for _ in $(seq 200); do [[ -e $work/started ]] && break; sleep 0.05; done
+  for signal in "$@"; do kill -"$signal" "$job"; sleep 0.3; done
+  wait "$job"
+  status=$?
+  echo "$status $(tr '\n' ' ' <"$work/signals" 2>/dev/null)"
+}
+for signal in TERM INT HUP USR1 USR2; do
+  expect_eq "SIG$signal to the launcher: SIGUSR1 to mpirun, exit 75" "$(stop_launcher "$signal")" "75 USR1 "
+done
+expect_in "the launcher says what it does" "$(cat "$work/stop.out")" \
+  "SIGUSR2 received: every rank stops after its current step with a checkpoint"
+# Ctrl-C twice: the second one ends the job at once (SIGTERM to mpirun). The stub ignores the
+# first SIGUSR1 here, as ranks still finishing a step would.
+sed -i 's/exit 75/:/' "$work/bin/waiting-mpirun"
+expect_eq "a second SIGINT: SIGTERM to mpirun" "$(stop_launcher INT INT)" "1 USR1 TERM "
 
 # ---- slurm-p4d.sbatch as a plain bash script in a fake 2-node job
 mkdir -p "$work/slurm-bin"
@@ -241,30 +289,45 @@ out=$(PATH=$work/slurm-bin:$PATH bash "$sbatch_script" configs/gpt.yaml 2>&1)
 status=$?
 if [[ $status -ne 0 && $out == *"not inside a Slurm job"* ]]; then pass; else fail "sbatch outside Slurm: exit $status" "$out"; fi
 
-# USR1 (Slurm's warning 120 s before the time limit): the script requeues the job and keeps
-# waiting for the launcher, whose exit status it returns. The stub launcher runs until released.
+# USR1 (Slurm's warning 120 s before the time limit): the script passes it to the launcher,
+# waits for the launcher to stop (its ranks finish their step and checkpoint: 0.5 s here), and
+# requeues the job only once it exited 75, with a checkpoint. TERM (scancel --batch) is passed
+# on without a requeue. The stub launcher records its arguments and signals.
 cat >"$work/bin/slow-launcher" <<'EOF'
 #!/usr/bin/env bash
 printf '%s\n' "$@" >"$STUB_DIR/launcher.args"
-while [[ ! -e $STUB_DIR/release ]]; do sleep 0.05; done
-exit 7
+trap 'echo USR1 >>"$STUB_DIR/launcher.signals"; sleep 0.5; exit ${STOP_STATUS:-75}' USR1
+trap 'echo TERM >>"$STUB_DIR/launcher.signals"; exit 75' TERM
+while :; do sleep 0.05; done
 EOF
 chmod +x "$work/bin/slow-launcher"
-rm -f "$work/scontrol.log" "$work/release" "$work/launcher.args"
-# (env execs bash, so $! is the batch script's shell itself)
-env PATH="$work/slurm-bin:$PATH" SLURM_JOB_ID=42 SLURM_JOB_NODELIST='p4d-[1-2]' SLURM_NTASKS_PER_NODE=8 \
-  COLLAGE_LAUNCHER="$work/bin/slow-launcher" bash "$sbatch_script" configs/gpt.yaml >"$work/usr1.out" 2>&1 &
-job=$!
-for _ in $(seq 200); do [[ -e $work/launcher.args ]] && break; sleep 0.05; done
-kill -USR1 "$job"
-for _ in $(seq 200); do grep -q '^requeue 42$' "$work/scontrol.log" 2>/dev/null && break; sleep 0.05; done
-if grep -q '^requeue 42$' "$work/scontrol.log" 2>/dev/null; then pass; else fail "USR1: scontrol requeue 42" "$(cat "$work/usr1.out")"; fi
-if kill -0 "$job" 2>/dev/null; then pass; else fail "USR1: the script keeps waiting for the launcher"; fi
-touch "$work/release"
-wait "$job"
-expect_eq "USR1: the script exits with the launcher's status" "$?" 7
+# slurm_stop SIGNAL [STOP_STATUS]: the batch script with the stub launcher, sent SIGNAL; prints
+# its exit status.
+slurm_stop() {
+  rm -f "$work/scontrol.log" "$work/launcher.args" "$work/launcher.signals"
+  # (env execs bash, so $! is the batch script's shell itself)
+  env PATH="$work/slurm-bin:$PATH" SLURM_JOB_ID=42 SLURM_JOB_NODELIST='p4d-[1-2]' SLURM_NTASKS_PER_NODE=8 \
+    STOP_STATUS="${2:-75}" COLLAGE_LAUNCHER="$work/bin/slow-launcher" bash "$sbatch_script" configs/gpt.yaml >"$work/usr1.out" 2>&1 &
+  local job=$!
+  for _ in $(seq 200); do [[ -e $work/launcher.args ]] && break; sleep 0.05; done
+  kill -"$1" "$job"
+  wait "$job"
+  echo $?
+}
+expect_eq "USR1: the script exits with the launcher's status" "$(slurm_stop USR1)" 75
+expect_eq "USR1 reaches the launcher" "$(cat "$work/launcher.signals" 2>&1)" USR1
+if grep -q '^requeue 42$' "$work/scontrol.log" 2>/dev/null; then pass; else fail "USR1: scontrol requeue 42 after the stop" "$(cat "$work/usr1.out")"; fi
+expect_in "USR1: says it requeues after the checkpoint" "$(cat "$work/usr1.out")" \
+  "stopped with a checkpoint: requeueing job 42"
 expect_in "the launcher gets --auto-resume and the job's hostfile" "$(tr '\n' ' ' <"$work/launcher.args")" \
   "--gpus-per-node 8 --auto-resume -- configs/gpt.yaml"
+expect_eq "USR1, the launcher failing: its status" "$(slurm_stop USR1 1)" 1
+if ! grep -q requeue "$work/scontrol.log" 2>/dev/null; then pass; else fail "USR1, the launcher failing: no requeue"; fi
+expect_in "USR1, the launcher failing: says why there is no requeue" "$(cat "$work/usr1.out")" \
+  "exited with status 1, not 75"
+expect_eq "TERM (scancel --batch): the launcher's status" "$(slurm_stop TERM)" 75
+expect_eq "TERM reaches the launcher" "$(cat "$work/launcher.signals" 2>&1)" TERM
+if ! grep -q requeue "$work/scontrol.log" 2>/dev/null; then pass; else fail "TERM: no requeue"; fi
 
 # ---- Open MPI's own placement of the launcher's command (mpirun --do-not-launch)
 if mpirun --version 2>/dev/null | grep -q "Open MPI"; then

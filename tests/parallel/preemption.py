@@ -11,8 +11,13 @@ Cases:
            the same step, one checkpoint set is written, the job exits 75, and resuming under
            mpirun matches the uninterrupted run.
   sigint2  a second SIGINT during the stop aborts at once, without a checkpoint.
+  launcher a scheduler's SIGTERM to the launcher (scripts/launch/stop-signals.sh running mpirun
+           -np 2), with steps of 3 s (COLLAGE_TEST_STEP_SECONDS): every rank finishes its step,
+           one checkpoint set is written and the job exits 75. SIGTERM to mpirun itself would
+           have Open MPI kill the ranks a second or two later, mid-step, with no checkpoint and
+           exit 1 (measured: that is what this case catches when the launcher is left out).
 
-Usage: preemption.py --collage BIN [--mpirun MPIRUN] [--cases single,ranks,sigint2]
+Usage: preemption.py --collage BIN [--mpirun MPIRUN] [--cases single,ranks,sigint2,launcher]
 """
 import argparse
 import json
@@ -188,12 +193,59 @@ def second_sigint(work):
     return failures
 
 
+def launcher_stop(work):
+    """SIGTERM to scripts/launch/stop-signals.sh running mpirun: exit 75 with a checkpoint."""
+    run_dir = os.path.join(work, "launcher")
+    stop_signals = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts", "launch", "stop-signals.sh")
+    step_seconds = 3
+    cmd = [stop_signals, ARGS.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x",
+           "OPENBLAS_NUM_THREADS=1", "-x", "COLLAGE_TEST_STEP_SECONDS=%d" % step_seconds,
+           ARGS.collage, "train", os.path.join(work, "job.yaml"), "--set",
+           "logging.dir=" + run_dir]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=ENV, start_new_session=True)
+    try:
+        if not wait_for_steps(run_dir, 1, job, timeout=120):
+            return ["launcher: the job did not train: " + job.communicate(timeout=60)[0][-3000:]]
+        signalled = time.time()
+        steps_at_signal = len([r for r in metrics(run_dir) if "loss" in r])
+        os.kill(job.pid, signal.SIGTERM)
+        output = job.communicate(timeout=120)[0]
+        took = time.time() - signalled
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    failures = []
+    if job.returncode != EXIT_STOPPED:
+        failures.append("launcher: exit status %d, expected %d:\n%s" % (
+            job.returncode, EXIT_STOPPED, output[-3000:]))
+    with open(os.path.join(run_dir, "train.log")) as f:
+        log = f.read()
+    found = re.search(r"SIGUSR1 received: stopped after step (\d+) with checkpoint (\S+);", log)
+    if not found:
+        return failures + ["launcher: train.log has no 'SIGUSR1 received: stopped after step' "
+                           "line:\n" + log[-2000:] + output[-2000:]]
+    stopped_at = int(found.group(1))
+    if not os.path.exists(found.group(2)):
+        failures.append("launcher: the checkpoint %s is missing" % found.group(2))
+    # The step under way when the signal came, or the one after if it came as a step ended.
+    if not steps_at_signal <= stopped_at <= steps_at_signal + 2:
+        failures.append("launcher: stopped after step %d, the signal came during step %d" %
+                        (stopped_at, steps_at_signal + 1))
+    print("launcher: SIGTERM during step %d of %d s: stopped after step %d with a checkpoint, "
+          "exit %d, %.1f s after the signal" % (steps_at_signal + 1, step_seconds, stopped_at,
+                                                job.returncode, took))
+    return failures
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--collage", required=True)
     parser.add_argument("--mpirun", default="mpirun")
-    parser.add_argument("--cases", default="single,ranks,sigint2")
+    parser.add_argument("--cases", default="single,ranks,sigint2,launcher")
     ARGS = parser.parse_args()
     work = tempfile.mkdtemp(prefix="collage_preemption_")
     try:
@@ -210,6 +262,8 @@ def main():
             failures += stop_and_resume(work, 2, signal.SIGUSR1)
         if "sigint2" in cases:
             failures += second_sigint(work)
+        if "launcher" in cases:
+            failures += launcher_stop(work)
         if failures:
             sys.exit("FAIL\n" + "\n".join(failures))
         print("OK")

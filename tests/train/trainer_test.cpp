@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <thread>
 
 #include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
@@ -254,7 +256,7 @@ TEST_F(TrainerTest, RunDirectoriesAreNotShared) {
                 .string(),
             "step_00000001.ckpt");
   {
-    RunDirectoryLock held((dir_ / "run").string());  // as a running job would
+    RunDirectoryLock held((dir_ / "run").string(), "logging.dir");  // as a running job would
     try {
       train(tiny_config("run", {"training.max_steps=2"}), {"latest"});
       FAIL() << "expected the locked directory to be refused";
@@ -266,6 +268,64 @@ TEST_F(TrainerTest, RunDirectoriesAreNotShared) {
     }
   }
   EXPECT_EQ(train(tiny_config("run", {"training.max_steps=2"}), {"latest"}).last_step, 2);
+}
+
+// checkpoint.dir is locked as well as logging.dir: a second run with its own logging.dir but the
+// first one's checkpoint.dir (reached through a symlink) is refused before --overwrite deletes
+// anything, and the first run's checkpoints stay.
+TEST_F(TrainerTest, CheckpointDirectoryIsLockedThroughSymlinks) {
+  const std::string shared = (dir_ / "shared_checkpoints").string();
+  train(tiny_config("first", {"training.max_steps=3", "checkpoint.dir=" + shared}), {});
+  fs::create_directory_symlink(shared, dir_ / "alias");
+  const std::string alias = (dir_ / "alias").string();
+  TrainOptions overwrite;
+  overwrite.overwrite = true;
+  {
+    RunDirectoryLock first_run(shared, "checkpoint.dir");  // the first run, still alive
+    try {
+      train(tiny_config("second", {"training.max_steps=1", "checkpoint.dir=" + alias}), overwrite);
+      FAIL() << "expected the locked checkpoint.dir to be refused";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("checkpoint.dir " + fs::canonical(shared).string() +
+                             " is in use by another collage run (pid " +
+                             std::to_string(::getpid()) + ")"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("--wait-lock"), std::string::npos) << message;
+    }
+    EXPECT_EQ(list_checkpoints(shared).size(), 1u) << "the first run's checkpoint was deleted";
+  }
+  // Once the first run has ended, the same command starts over.
+  EXPECT_EQ(
+      train(tiny_config("second", {"training.max_steps=1", "checkpoint.dir=" + alias}), overwrite)
+          .last_step,
+      1);
+}
+
+// --wait-lock: a run waits for the holder of its directory to end (a requeued job whose
+// previous incarnation is still writing its last checkpoint), and fails naming the wait when
+// the holder outlives it.
+TEST_F(TrainerTest, WaitLockWaitsForTheHolderToEnd) {
+  train(tiny_config("run", {"training.max_steps=2"}), {});
+  TrainOptions resume_waiting;
+  resume_waiting.resume = "latest";
+  resume_waiting.wait_lock_seconds = 0.3;
+  auto holder = std::make_unique<RunDirectoryLock>((dir_ / "run").string(), "logging.dir");
+  try {
+    train(tiny_config("run", {"training.max_steps=3"}), resume_waiting);
+    FAIL() << "expected the run to give up after 0.3 s";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("still after waiting 0.3 s"), std::string::npos)
+        << e.what();
+  }
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    holder.reset();  // the previous run ends
+  });
+  resume_waiting.wait_lock_seconds = 30;
+  EXPECT_EQ(train(tiny_config("run", {"training.max_steps=3"}), resume_waiting).last_step, 3);
+  release.join();
 }
 
 // The run directory and the resume are settled before any data is read: with a dataset that
