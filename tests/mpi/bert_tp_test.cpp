@@ -24,34 +24,24 @@
 //    0.61; a column-parallel input gradient not all-reduced 0.03 .. 1.1; replicated gradients
 //    summed instead of averaged 1.0 (fp32 runs all fail these by orders of magnitude).
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "backend/backend.h"
-#include "core/error.h"
-#include "dist/mpi_comm.h"
 #include "dist/staged_comm.h"
 #include "model/bert.h"
-#include "model/host_values.h"
-#include "model/tensor_shards.h"
+#include "tp_test_support.h"
 
 namespace collage {
 namespace {
 
-constexpr uint64_t kInitSeed = 1234, kDropoutSeed = 77, kDropoutIndex = 5;
+using namespace tp_test;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+constexpr uint64_t kInitSeed = 1234, kDropoutSeed = 77, kDropoutIndex = 5;
 
 // Two layers, C 64, 4 heads (2 per rank), F 256. BERT's vocabulary (300) pads to 384 at tp = 1
 // and 512 at tp = 2, so rank 1 holds 44 real rows; RoBERTa's (200) pads to 256 either way.
@@ -108,25 +98,12 @@ Batch make_batch(const ModelConfig& c, uint64_t seed) {
   return k;
 }
 
-template <typename S>
-std::unique_ptr<BackendT<S>> cpu_backend() {
-  if constexpr (std::is_same_v<S, bf16>)
-    return make_cpu_backend(1);
-  else
-    return make_cpu_backend_fp32(1);
-}
-
 // One forward + backward of a model loaded with `params` (this rank's values, memory order), on
-// a fresh cpu backend unless `device` is given (then `comm` works on its memory).
-struct ModelRun {
+// a fresh cpu backend unless `device` is given (then `comm` works on its memory). The logits
+// are (M, Vp/tp), this rank's columns.
+struct ModelRun : TpRun {
   double mlm_sum = 0, nsp_sum = 0;
   int64_t mlm_count = 0, nsp_count = 0, mlm_correct = 0, nsp_correct = 0;
-  std::vector<float> params, grads;  // memory_elements() each, memory order
-  std::vector<float> logits;         // (M, Vp/tp) this rank's columns
-  std::vector<ParameterInfo> table;
-  ParameterRegion replicated;
-  int64_t memory_elements = 0;
-  size_t activation_bytes = 0;
 };
 
 template <typename S>
@@ -147,52 +124,9 @@ ModelRun run(const ModelConfig& config, const Batch& k, ParallelLayout layout, C
   r.mlm_sum = loss.mlm_sum, r.mlm_count = loss.mlm_count;
   r.nsp_sum = loss.nsp_sum, r.nsp_count = loss.nsp_count;
   r.mlm_correct = model.mlm_correct(), r.nsp_correct = model.nsp_correct();
-  r.memory_elements = model.memory_elements();
-  r.params = download_values(*backend, model.parameter_memory(), r.memory_elements);
-  r.grads = download_values(*backend, model.gradient_memory(), r.memory_elements);
-  r.logits = download_values(*backend, model.mlm_logits(),
-                             loss.mlm_count * (config.padded_vocab(layout.tp) / layout.tp));
-  r.table = model.parameters();
-  r.replicated = model.replicated_region();
-  r.activation_bytes = model.activation_bytes();
+  read_back(model, *backend, model.mlm_logits(),
+            loss.mlm_count * (config.padded_vocab(layout.tp) / layout.tp), r);
   return r;
-}
-
-const ParameterInfo& find(const std::vector<ParameterInfo>& table, const std::string& name) {
-  for (const ParameterInfo& info : table)
-    if (info.name == name) return info;
-  throw Error("no parameter " + name);
-}
-
-// This rank's shard (of `sharded`, a tp-way table entry) cut from tp = 1's whole tensor. The
-// padded vocabulary may be longer at tp: its extra rows are zero.
-std::vector<float> shard_of_whole(const std::vector<float>& whole_memory,
-                                  const ParameterInfo& whole, const ParameterInfo& sharded,
-                                  const ParallelLayout& layout) {
-  int64_t full_numel = 1;
-  for (int64_t d : sharded.full_shape) full_numel *= d;
-  std::vector<float> full(size_t(full_numel), 0.0f);
-  std::copy(whole_memory.begin() + whole.offset, whole_memory.begin() + whole.offset + whole.numel,
-            full.begin());
-  std::vector<float> shard(size_t(sharded.numel));
-  copy_shard_out_of(full.data(), shard.data(), sharded, layout, sizeof(float));
-  return shard;
-}
-
-// This rank's parameter memory (for `sharded_table`) cut from tp = 1's whole tensors.
-std::vector<float> shards_of_whole_memory(const std::vector<float>& whole_memory,
-                                          const std::vector<ParameterInfo>& whole_table,
-                                          const std::vector<ParameterInfo>& sharded_table,
-                                          const ParallelLayout& layout) {
-  int64_t elements = 0;
-  for (const ParameterInfo& info : sharded_table) elements += info.numel;
-  std::vector<float> memory(static_cast<size_t>(elements));
-  for (const ParameterInfo& sharded : sharded_table) {
-    const std::vector<float> shard =
-        shard_of_whole(whole_memory, find(whole_table, sharded.name), sharded, layout);
-    std::copy(shard.begin(), shard.end(), memory.begin() + sharded.offset);
-  }
-  return memory;
 }
 
 // What init_weights(kInitSeed) gives this rank (memory order), and the rank's table.
@@ -206,33 +140,6 @@ std::vector<float> initial_params(const ModelConfig& config, const Batch& k, Par
   model.save_parameters(params.data());
   *table = model.parameters();
   return params;
-}
-
-// Init leaves every bias at 0 and every layernorm weight at 1, under which a bias added on every
-// TP rank, or a replicated gradient that is summed instead of averaged, would go unseen: move
-// each vector parameter (the real vocabulary's part of the decoder bias) by U(−0.1, 0.1),
-// rounded to bf16 so that both storages load the same values.
-std::vector<float> perturbed(std::vector<float> memory, const std::vector<ParameterInfo>& table,
-                             const ModelConfig& config) {
-  std::mt19937 rng{99};
-  for (const ParameterInfo& info : table) {
-    if (info.shape.size() != 1) continue;
-    const int64_t n = info.name == "mlm.decoder.bias" ? config.vocab_size : info.numel;
-    for (int64_t i = 0; i < n; i++) {
-      const float u = float(rng() % 2001) / 10000.0f - 0.1f;
-      memory[info.offset + i] = round_to_bf16(memory[info.offset + i] + u);
-    }
-  }
-  return memory;
-}
-
-double relative_error(const float* got, const float* want, int64_t n) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 // Labels that make the correct counts mean something and robust to rounding: the even labelled
@@ -259,10 +166,6 @@ int relabel_by_argmax(const ModelConfig& config, const std::vector<float>& param
   return argmax_rows;
 }
 
-struct Limits {
-  double loss, grad;
-};
-
 template <typename S>
 void check_tensor_parallel_matches_one_rank(const std::string& arch, const Limits& limits) {
   CommGroups groups = make_mpi_comm_groups(2);
@@ -278,7 +181,8 @@ void check_tensor_parallel_matches_one_rank(const std::string& arch, const Limit
   const std::vector<float> init_two = initial_params<S>(config, k, layout, &tp_comm, &table_two);
   EXPECT_TRUE(init_two == shards_of_whole_memory(init_one, table_one, table_two, layout))
       << "init_weights depends on the tensor-parallel layout";
-  const std::vector<float> params_one = perturbed(init_one, table_one, config);
+  const std::vector<float> params_one =
+      perturbed(init_one, table_one, "mlm.decoder.bias", config.vocab_size);
   const std::vector<float> params_two =
       shards_of_whole_memory(params_one, table_one, table_two, layout);
 
@@ -290,23 +194,7 @@ void check_tensor_parallel_matches_one_rank(const std::string& arch, const Limit
   // The model's own numbers: planned activations, padded memory, replicated tensors behind.
   EXPECT_EQ(two.activation_bytes,
             BertT<S>::planned_activation_bytes(config, k.B + 1, k.T, k.P, /*tp=*/2));
-  EXPECT_EQ(two.memory_elements % 64, 0);
-  int64_t sharded_end = 0, replicated_elements = 0;
-  for (const ParameterInfo& info : two.table) {
-    if (info.split == TensorSplit::replicated) {
-      EXPECT_GE(info.offset, two.replicated.begin) << info.name;
-      EXPECT_LE(info.offset + info.numel, two.replicated.end) << info.name;
-      replicated_elements += info.numel;
-    } else {
-      sharded_end = std::max(sharded_end, info.offset + info.numel);
-    }
-  }
-  EXPECT_EQ(two.replicated.begin, sharded_end);
-  EXPECT_EQ(two.replicated.size(), replicated_elements);
-  for (int64_t i = two.replicated.end; i < two.memory_elements; i++) {
-    ASSERT_EQ(two.params[i], 0.0f) << "memory behind the parameters at " << i;
-    ASSERT_EQ(two.grads[i], 0.0f) << "gradient memory behind the parameters at " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(check_memory_layout(two));
 
   // Losses and accuracy. The MLM counts are exact: every labelled row's tp = 1 argmax leads by
   // a margin, and is either its label or far from it.
@@ -322,43 +210,20 @@ void check_tensor_parallel_matches_one_rank(const std::string& arch, const Limit
   // Every TP rank returns the same (global) loss and counts, bit for bit.
   const double mine[4] = {two.mlm_sum, two.nsp_sum, double(two.mlm_correct),
                           double(two.nsp_correct)};
-  double all[2][4];
-  tp_comm.all_gather(mine, all, sizeof mine);
-  EXPECT_EQ(std::memcmp(all[0], all[1], sizeof mine), 0) << "the TP ranks disagree on the loss";
+  EXPECT_TRUE(same_on_every_tp_rank(tp_comm, mine)) << "the TP ranks disagree on the loss";
 
   // Every gradient within the limit.
-  double worst = 0;
-  std::string worst_name;
-  for (const ParameterInfo& sharded : two.table) {
-    const ParameterInfo& whole = find(one.table, sharded.name);
-    const std::vector<float> want_grads = shard_of_whole(one.grads, whole, sharded, layout);
-    const float* grads = two.grads.data() + sharded.offset;
-    const double error = relative_error(grads, want_grads.data(), sharded.numel);
-    EXPECT_LT(error, limits.grad) << sharded.name << " (rank " << layout.tp_rank << ")";
-    // Vocab padding rows never get a gradient.
-    if (sharded.name == "embeddings.word.weight" || sharded.name == "mlm.decoder.bias") {
-      const int64_t columns = sharded.shape.size() > 1 ? sharded.shape[1] : 1;
-      const int64_t real_rows = std::clamp<int64_t>(
-          config.vocab_size - layout.tp_rank * sharded.shape[0], 0, sharded.shape[0]);
-      for (int64_t i = real_rows * columns; i < sharded.numel; i++)
-        ASSERT_EQ(grads[i], 0.0f) << sharded.name << " padding element " << i;
-    }
-    if (error > worst) worst = error, worst_name = sharded.name;
-  }
+  WorstGradient worst;
+  ASSERT_NO_FATAL_FAILURE(check_gradients(one, two, layout, config.vocab_size,
+                                          {"embeddings.word.weight", "mlm.decoder.bias"},
+                                          limits.grad, &worst));
   std::printf("[rank %d] %s %s: MLM loss %.3g relative, NSP %.3g, worst gradient %.3g (%s)\n",
               world_rank(), arch.c_str(), std::is_same_v<S, bf16> ? "bf16" : "fp32",
               std::abs(two.mlm_sum - one.mlm_sum) / one.mlm_sum,
-              one.nsp_sum > 0 ? std::abs(two.nsp_sum - one.nsp_sum) / one.nsp_sum : 0.0, worst,
-              worst_name.c_str());
+              one.nsp_sum > 0 ? std::abs(two.nsp_sum - one.nsp_sum) / one.nsp_sum : 0.0,
+              worst.error, worst.name.c_str());
 
-  // The replicated tensors' gradients are identical on every TP rank after the average.
-  std::vector<float> replicated(two.grads.begin() + two.replicated.begin,
-                                two.grads.begin() + two.replicated.end);
-  std::vector<float> both(2 * replicated.size());
-  tp_comm.all_gather(replicated.data(), both.data(), int64_t(replicated.size() * sizeof(float)));
-  EXPECT_TRUE(
-      std::equal(both.begin(), both.begin() + replicated.size(), both.begin() + replicated.size()))
-      << "replicated gradients differ across the TP ranks";
+  check_replicated_gradients_agree(two, tp_comm);
 }
 
 TEST(BertTensorParallel, BertFp32MatchesOneRank) {
@@ -428,7 +293,8 @@ TEST(BertTensorParallel, EmulatedCudaFollowsTheCpu) {
     const Batch k = make_batch(config, 2000 + uint64_t(world_rank() / 2));
     std::vector<ParameterInfo> table;
     const std::vector<float> params =
-        perturbed(initial_params<bf16>(config, k, layout, &tp_comm, &table), table, config);
+        perturbed(initial_params<bf16>(config, k, layout, &tp_comm, &table), table,
+                  "mlm.decoder.bias", config.vocab_size);
     auto emulated = make_cuda_emulated_backend();
     auto staged = make_staged_comm(tp_comm, *emulated);
     const ModelRun want = run<bf16>(config, k, layout, &tp_comm, params);

@@ -27,33 +27,23 @@
 //    limit), logits 0.24 .. 0.35, gradients 0.043 .. 0.45 of their norms (4e3 .. 4.5e4 times
 //    the limit). bf16: the same moves, 4 .. 15, 12 .. 17 and 2.2 .. 22 times its limits.
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "backend/backend.h"
-#include "core/error.h"
-#include "dist/mpi_comm.h"
 #include "model/gpt.h"
-#include "model/host_values.h"
-#include "model/tensor_shards.h"
+#include "tp_test_support.h"
 
 namespace collage {
 namespace {
 
-constexpr uint64_t kInitSeed = 4321;
+using namespace tp_test;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+constexpr uint64_t kInitSeed = 4321;
 
 // Two layers, C 64, 4 heads (2 per rank), head size 16, F 256. The vocabulary (300) pads to
 // 384 at tp = 1 and 512 at tp = 2, so rank 1 holds 44 real rows and 212 padding rows.
@@ -87,25 +77,11 @@ Batch make_batch(const ModelConfig& c, uint64_t seed) {
   return k;
 }
 
-template <typename S>
-std::unique_ptr<BackendT<S>> cpu_backend() {
-  if constexpr (std::is_same_v<S, bf16>)
-    return make_cpu_backend(1);
-  else
-    return make_cpu_backend_fp32(1);
-}
-
 // One forward + backward (mean loss) of a model loaded with `params` (this rank's values,
-// memory order) on a fresh cpu backend.
-struct ModelRun {
+// memory order) on a fresh cpu backend; the logits are (B·T, Vp/tp), this rank's columns.
+struct ModelRun : TpRun {
   double loss_sum = 0;
   int64_t loss_count = 0;
-  std::vector<float> params, grads;  // memory_elements() each, memory order
-  std::vector<float> logits;         // (B·T, Vp/tp) this rank's columns
-  std::vector<ParameterInfo> table;
-  ParameterRegion replicated;
-  int64_t memory_elements = 0;
-  size_t activation_bytes = 0;
 };
 
 template <typename S>
@@ -122,52 +98,9 @@ ModelRun run(const ModelConfig& config, const Batch& k, ParallelLayout layout, C
   model.all_reduce_replicated_gradients();
   ModelRun r;
   r.loss_sum = loss.sum, r.loss_count = loss.count;
-  r.memory_elements = model.memory_elements();
-  r.params = download_values(*backend, model.parameter_memory(), r.memory_elements);
-  r.grads = download_values(*backend, model.gradient_memory(), r.memory_elements);
-  r.logits = download_values(*backend, model.logits(),
-                             int64_t{k.B} * k.T * (config.padded_vocab(layout.tp) / layout.tp));
-  r.table = model.parameters();
-  r.replicated = model.replicated_region();
-  r.activation_bytes = model.activation_bytes();
+  read_back(model, *backend, model.logits(),
+            int64_t{k.B} * k.T * (config.padded_vocab(layout.tp) / layout.tp), r);
   return r;
-}
-
-const ParameterInfo& find(const std::vector<ParameterInfo>& table, const std::string& name) {
-  for (const ParameterInfo& info : table)
-    if (info.name == name) return info;
-  throw Error("no parameter " + name);
-}
-
-// This rank's shard (of `sharded`, a tp-way table entry) cut from tp = 1's whole tensor. The
-// padded vocabulary may be longer at tp: its extra rows are zero.
-std::vector<float> shard_of_whole(const std::vector<float>& whole_memory,
-                                  const ParameterInfo& whole, const ParameterInfo& sharded,
-                                  const ParallelLayout& layout) {
-  int64_t full_numel = 1;
-  for (int64_t d : sharded.full_shape) full_numel *= d;
-  std::vector<float> full(size_t(full_numel), 0.0f);
-  std::copy(whole_memory.begin() + whole.offset, whole_memory.begin() + whole.offset + whole.numel,
-            full.begin());
-  std::vector<float> shard(size_t(sharded.numel));
-  copy_shard_out_of(full.data(), shard.data(), sharded, layout, sizeof(float));
-  return shard;
-}
-
-// This rank's parameter memory (for `sharded_table`) cut from tp = 1's whole tensors.
-std::vector<float> shards_of_whole_memory(const std::vector<float>& whole_memory,
-                                          const std::vector<ParameterInfo>& whole_table,
-                                          const std::vector<ParameterInfo>& sharded_table,
-                                          const ParallelLayout& layout) {
-  int64_t elements = 0;
-  for (const ParameterInfo& info : sharded_table) elements += info.numel;
-  std::vector<float> memory(static_cast<size_t>(elements));
-  for (const ParameterInfo& sharded : sharded_table) {
-    const std::vector<float> shard =
-        shard_of_whole(whole_memory, find(whole_table, sharded.name), sharded, layout);
-    std::copy(shard.begin(), shard.end(), memory.begin() + sharded.offset);
-  }
-  return memory;
 }
 
 // What init_weights(kInitSeed) gives this rank (table order), and the rank's table.
@@ -182,35 +115,6 @@ std::vector<float> initial_params(const ModelConfig& config, const Batch& k, Par
   *table = model.parameters();
   return params;
 }
-
-// Init leaves every bias at 0 and every layernorm weight at 1, under which a bias added on every
-// TP rank, or a replicated gradient that is summed instead of averaged, would go unseen: move
-// each vector parameter by U(−0.1, 0.1), rounded to bf16 so that both storages load the same
-// values.
-std::vector<float> perturbed(std::vector<float> memory, const std::vector<ParameterInfo>& table) {
-  std::mt19937 rng{99};
-  for (const ParameterInfo& info : table) {
-    if (info.shape.size() != 1) continue;
-    for (int64_t i = 0; i < info.numel; i++) {
-      const float u = float(rng() % 2001) / 10000.0f - 0.1f;
-      memory[info.offset + i] = round_to_bf16(memory[info.offset + i] + u);
-    }
-  }
-  return memory;
-}
-
-double relative_error(const float* got, const float* want, int64_t n) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-struct Limits {
-  double loss, grad;
-};
 
 template <typename S>
 void check_tensor_parallel_matches_one_rank(const std::string& positions, bool tied,
@@ -238,23 +142,7 @@ void check_tensor_parallel_matches_one_rank(const std::string& positions, bool t
   // The model's own numbers: planned activations, padded memory, replicated tensors behind.
   EXPECT_EQ(two.activation_bytes,
             GptT<S>::planned_activation_bytes(config, k.B + 1, k.T, /*tp=*/2));
-  EXPECT_EQ(two.memory_elements % 64, 0);
-  int64_t sharded_end = 0, replicated_elements = 0;
-  for (const ParameterInfo& info : two.table) {
-    if (info.split == TensorSplit::replicated) {
-      EXPECT_GE(info.offset, two.replicated.begin) << info.name;
-      EXPECT_LE(info.offset + info.numel, two.replicated.end) << info.name;
-      replicated_elements += info.numel;
-    } else {
-      sharded_end = std::max(sharded_end, info.offset + info.numel);
-    }
-  }
-  EXPECT_EQ(two.replicated.begin, sharded_end);
-  EXPECT_EQ(two.replicated.size(), replicated_elements);
-  for (int64_t i = two.replicated.end; i < two.memory_elements; i++) {
-    ASSERT_EQ(two.params[i], 0.0f) << "memory behind the parameters at " << i;
-    ASSERT_EQ(two.grads[i], 0.0f) << "gradient memory behind the parameters at " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(check_memory_layout(two));
 
   // The loss: the same targets counted, the sum within the limit.
   ASSERT_EQ(two.loss_count, one.loss_count);
@@ -263,9 +151,7 @@ void check_tensor_parallel_matches_one_rank(const std::string& positions, bool t
   EXPECT_NEAR(two.loss_sum, one.loss_sum, limits.loss * one.loss_sum) << "loss sum";
   // Every TP rank returns the same (global) loss, bit for bit.
   const double mine[2] = {two.loss_sum, double(two.loss_count)};
-  double all[2][2];
-  tp_comm.all_gather(mine, all, sizeof mine);
-  EXPECT_EQ(std::memcmp(all[0], all[1], sizeof mine), 0) << "the TP ranks disagree on the loss";
+  EXPECT_TRUE(same_on_every_tp_rank(tp_comm, mine)) << "the TP ranks disagree on the loss";
 
   // This rank's logit columns: the real vocabulary's as tp = 1's, the padding's zero.
   const int64_t N = int64_t{k.B} * k.T, Vp_one = config.padded_vocab();
@@ -288,38 +174,16 @@ void check_tensor_parallel_matches_one_rank(const std::string& positions, bool t
   EXPECT_LT(logits_error, limits.grad) << "logits (rank " << layout.tp_rank << ")";
 
   // Every gradient within the limit.
-  double worst = 0;
-  std::string worst_name;
-  for (const ParameterInfo& sharded : two.table) {
-    const ParameterInfo& whole = find(one.table, sharded.name);
-    const std::vector<float> want_grads = shard_of_whole(one.grads, whole, sharded, layout);
-    const float* grads = two.grads.data() + sharded.offset;
-    const double error = relative_error(grads, want_grads.data(), sharded.numel);
-    EXPECT_LT(error, limits.grad) << sharded.name << " (rank " << layout.tp_rank << ")";
-    // Vocab padding rows never get a gradient.
-    if (sharded.name == "wte.weight" || sharded.name == "lm_head.weight") {
-      const int64_t columns = sharded.shape[1];
-      const int64_t real_rows = std::clamp<int64_t>(
-          config.vocab_size - layout.tp_rank * sharded.shape[0], 0, sharded.shape[0]);
-      for (int64_t i = real_rows * columns; i < sharded.numel; i++)
-        ASSERT_EQ(grads[i], 0.0f) << sharded.name << " padding element " << i;
-    }
-    if (error > worst) worst = error, worst_name = sharded.name;
-  }
+  WorstGradient worst;
+  ASSERT_NO_FATAL_FAILURE(check_gradients(one, two, layout, config.vocab_size,
+                                          {"wte.weight", "lm_head.weight"}, limits.grad, &worst));
   std::printf("[rank %d] %s %s %s: loss %.3g relative, logits %.3g, worst gradient %.3g (%s)\n",
               world_rank(), positions.c_str(), tied ? "tied" : "untied",
               std::is_same_v<S, bf16> ? "bf16" : "fp32",
-              std::abs(two.loss_sum - one.loss_sum) / one.loss_sum, logits_error, worst,
-              worst_name.c_str());
+              std::abs(two.loss_sum - one.loss_sum) / one.loss_sum, logits_error, worst.error,
+              worst.name.c_str());
 
-  // The replicated tensors' gradients are identical on every TP rank after the average.
-  std::vector<float> replicated(two.grads.begin() + two.replicated.begin,
-                                two.grads.begin() + two.replicated.end);
-  std::vector<float> both(2 * replicated.size());
-  tp_comm.all_gather(replicated.data(), both.data(), int64_t(replicated.size() * sizeof(float)));
-  EXPECT_TRUE(
-      std::equal(both.begin(), both.begin() + replicated.size(), both.begin() + replicated.size()))
-      << "replicated gradients differ across the TP ranks";
+  check_replicated_gradients_agree(two, tp_comm);
 }
 
 constexpr Limits kFp32{1e-6, 1e-5}, kBf16{2e-4, 2e-2};
