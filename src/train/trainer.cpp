@@ -421,9 +421,9 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
         run.optimizer->step(t, lr, layout.zero ? parallel.host_world() : parallel.host_tp());
     run.gather_parameters();
     run.backend->synchronize();
-    if (test_step_seconds > seconds_since(start))
-      std::this_thread::sleep_for(
-          std::chrono::duration<double>(test_step_seconds - seconds_since(start)));
+    const double test_sleep_seconds = test_step_seconds - seconds_since(start);
+    if (test_sleep_seconds > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(test_sleep_seconds));
     step = t;
     const double step_seconds = seconds_since(start);
     const int64_t tp_bytes = parallel.tp_traffic.bytes - tp_before.bytes;
