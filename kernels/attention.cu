@@ -27,7 +27,7 @@
 //    saved lse_i and D_i.
 // Dropout on the probabilities (the _dropout entries; backend.h): Z_ij = P_ij·F_ij with
 // F_ij = 1/(1 - p) or 0 from math::dropout_uniform(seed, offset + ((b·NH + h)·T + i)·T + j)
-// (src/backend/elementwise_math.h, the cpu's numbers). The forward weights v by Z but sums the
+// (src/numerics/elementwise_math.h, the cpu's numbers). The forward weights v by Z but sums the
 // undropped p for the softmax denominator, so lse is of the undropped scores; the backward
 // uses dv_j = Σ_i Z_ij dout_i, dP_ij = F_ij·(dout_i·v_j) and dS = P (dP - D) with
 // D_i = Σ_j P_ij dP_ij (= Σ_j Z_ij dZ_ij). Each lane draws its own (i, j)'s number; p = 0
@@ -43,7 +43,7 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "kernels/attention.cuh"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"

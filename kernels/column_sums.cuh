@@ -18,7 +18,7 @@
 // Usage: a Terms functor with `static constexpr int kSums` and
 // `__device__ void operator()(int64_t row, int c, float* sums) const` that adds row's terms
 // for column c to sums[0 .. kSums); then column_sums(cx, op, terms, N, C, outputs...).
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "kernels/common.cuh"
 
 namespace collage::cuda {

@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <source_location>
 
-#include "backend/cuda/context.h"
-#include "backend/cuda/runtime.h"
-#include "backend/elementwise_math.h"
-#include "optim/bf16_math.h"
+#include "backend/cuda/runtime/context.h"
+#include "backend/cuda/runtime/runtime.h"
+#include "numerics/bf16_math.h"
+#include "numerics/elementwise_math.h"
 
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 // Dropout (src/backend/backend.h, "encoder ops"; the cpu version is
 // src/backend/cpu/dropout.cpp). Element i of a call is kept iff
 // math::dropout_uniform(seed, offset + i) ≥ p, and then scaled by 1/(1 - p), else 0. The
-// uniform is Philox-4x32-10 (src/backend/elementwise_math.h, shared with the cpu), so the masks
+// uniform is Philox-4x32-10 (src/numerics/elementwise_math.h, shared with the cpu), so the masks
 // are the cpu's bit for bit, the backward recomputes them instead of reading a stored mask, and
 // the outputs are the cpu's bits too (one fp32 product or product-plus-sum, rounded once).
 //

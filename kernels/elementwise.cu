@@ -3,7 +3,7 @@
 // fp32 <-> bf16 casts. The cpu version is src/backend/cpu/elementwise.cpp.
 //
 // Bit-identical to the cpu backend: every output is the cpu's fp32 expression, evaluated in
-// the same order (GELU through backend/elementwise_math.h, which both share), rounded once
+// the same order (GELU through numerics/elementwise_math.h, which both share), rounded once
 // (nvcc builds with -fmad=false and g++ with -ffp-contract=off, so no product is contracted
 // into an fma). docs/ARCHITECTURE.md, "Bit-identical elementwise ops".
 //
@@ -151,7 +151,7 @@ void gelu_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_
 }
 
 // erff and tanhf: glibc's under the emulator (the cpu's bits), CUDA's on a GPU, which may
-// differ from glibc's by an ulp (src/backend/elementwise_math.h).
+// differ from glibc's by an ulp (src/numerics/elementwise_math.h).
 void gelu_erf_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n) {
   map(cx, "gelu_erf_forward", out, GeluErf{}, n, inp);
 }

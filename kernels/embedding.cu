@@ -17,7 +17,7 @@
 //  3. position_sums_kernel: dwpe[t] += Σ_b dout[b, t], b ascending (the cpu's order).
 #include <algorithm>
 
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
 

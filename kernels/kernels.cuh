@@ -8,9 +8,9 @@
 // All pointers are device pointers; nothing here waits for the stream.
 #include <cstdint>
 
-#include "backend/cuda/context.h"
+#include "backend/cuda/runtime/context.h"
 #include "backend/optimizer_step.h"
-#include "optim/bf16_math.h"
+#include "numerics/bf16_math.h"
 
 namespace collage::cuda {
 COLLAGE_CUDA_VARIANT_BEGIN

@@ -1,5 +1,5 @@
 // One optimizer step over one tensor, for every precision strategy (backend/optimizer_step.h).
-// The per-element math is src/optim/collage_math.h, the same __host__ __device__ functions the
+// The per-element math is src/numerics/collage_math.h, the same __host__ __device__ functions the
 // cpu loop (src/backend/cpu/optimizer.cpp) runs, with the same AdamScalars formed once per call
 // on the host by math::make_adam_scalars: θ and every state component are bit-identical to
 // the cpu's (nvcc builds with -fmad=false; the header's fp32 ops are the __f*_rn intrinsics).
@@ -22,10 +22,10 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
-#include "optim/collage_math.h"
+#include "numerics/collage_math.h"
 
 namespace collage::cuda {
 COLLAGE_CUDA_VARIANT_BEGIN

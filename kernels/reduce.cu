@@ -9,7 +9,7 @@
 // 128-bit path), never on the device.
 #include <algorithm>
 
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
 

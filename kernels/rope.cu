@@ -5,7 +5,7 @@
 //   backward dqkv += Rᵀ·dout: (d1, d2) += (x1 cos + x2 sin, -x1 sin + x2 cos),   dv += dout_v.
 //
 // Elementwise, so bit-identical to the cpu backend: the cos/sin table is the cpu's own
-// (backend/rope_table.h, angles in double), uploaded once per (T, HS, base) into
+// (numerics/rope_table.h, angles in double), uploaded once per (T, HS, base) into
 // cx.scratch.rope_table, and every output is the same fp32 expression, evaluated in the same
 // order, rounded once (nvcc builds with -fmad=false, g++ with -ffp-contract=off, so neither
 // contracts the products into fmas).
@@ -14,10 +14,10 @@
 // elements of v, so each row (3C) is 2C items and a launch covers (B·T, 2C) items.
 #include <vector>
 
-#include "backend/cuda/runtime.h"
-#include "backend/rope_table.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
+#include "numerics/rope_table.h"
 
 namespace collage::cuda {
 COLLAGE_CUDA_VARIANT_BEGIN

@@ -14,8 +14,8 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libpcre2-dev
   libdnnl-dev                          # oneDNN: bf16 matmuls on AMX / AVX512-BF16 CPUs
-  libhdf5-dev                          # BERT pretraining shards (src/data/bert_hdf5.cpp)
-  zlib1g-dev                           # sizing their gzip chunks (src/data/hdf5_storage_check.h)
+  libhdf5-dev                          # BERT pretraining shards (src/data/bert/bert_hdf5.cpp)
+  zlib1g-dev                           # sizing their gzip chunks (src/data/bert/hdf5_storage_check.h)
   libicu-dev                           # Unicode data for BERT's WordPiece tokenizer
   libboost-context-dev                 # fibers of the host SIMT emulator (src/simt)
   libopenmpi-dev openmpi-bin           # MPI: the NCCL unique id travels over it

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Independent reference for collage's BERT pretraining HDF5 reader (src/data/bert_hdf5.h,
-src/data/bert_shards.h), written with h5py and numpy.
+"""Independent reference for collage's BERT pretraining HDF5 reader (src/data/bert/bert_hdf5.h,
+src/data/bert/bert_shards.h), written with h5py and numpy.
 
 The format is NVIDIA DeepLearningExamples' create_pretraining_data.py output (the AWS
 `bert_pretrain_wikicorpus_tokenized_hdf5_seqlen{128,512}` shards): one .hdf5 file with
@@ -8,7 +8,7 @@ The format is NVIDIA DeepLearningExamples' create_pretraining_data.py output (th
   masked_lm_positions, masked_lm_ids  [N, P], 0-padded: a sample's labels end at the first
                                       position equal to 0 (position 0 is [CLS], never masked)
   next_sentence_labels                [N]
-(the layout is written down in src/data/bert_hdf5.h).
+(the layout is written down in src/data/bert/bert_hdf5.h).
 
 Writes small files (a few KB each) to tests/fixtures/bert_hdf5/:
   vocab.txt                   a toy BERT vocab: [PAD]=0, [unused0..98], [UNK]=100, [CLS]=101,
@@ -23,7 +23,7 @@ Writes small files (a few KB each) to tests/fixtures/bert_hdf5/:
                               set's global sample order for a few (seed, epoch), and where
                               each broken file's defect is
 
-The global order of a shard set (src/data/bert_shards.h) is computed here a second time:
+The global order of a shard set (src/data/bert/bert_shards.h) is computed here a second time:
 per epoch the shards are permuted, then the rows inside each shard, each permutation by
 numpy's legacy RandomState seeded with stream_seed(seed, epoch, stream) below.
 
@@ -131,7 +131,7 @@ def write_file(path, arrays, dtypes, gzip_chunk_rows=None, skip=(), shapes=None,
 
 
 # ---------------------------------------------------------------------------------------
-# The shard set's global order (src/data/bert_shards.h)
+# The shard set's global order (src/data/bert/bert_shards.h)
 
 M64 = (1 << 64) - 1
 

@@ -7,7 +7,7 @@
 // ([UNK], "##", 100 characters), no post-processor and no added tokens (so "[CLS]" written in
 // the text is ordinary text, as in Google's tokenization.py). tests/data/
 // wordpiece_tokenizer_test.cpp and tests/cli/tokenize_cli_test.cpp compare collage's C++
-// tokenizer (src/data/wordpiece_tokenizer.h) with it.
+// tokenizer (src/data/text/wordpiece_tokenizer.h) with it.
 //
 //   scripts/install-deps.sh --assets       # data/assets/bert-uncased/vocab.txt
 //   npm install --prefix /tmp/wp-ref tokenizers@0.23.2

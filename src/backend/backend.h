@@ -1,6 +1,7 @@
 #pragma once
 // Backend: the only code that touches device memory and computes. The model (src/model/)
-// is written once against this interface; cpu/ and cuda/ (GPU and emulated) implement it.
+// is written once against this interface; cpu/ and cuda/ (GPU and emulated) implement it, and
+// src/dist/backend_choice.h makes one by its `parallel.backend` name.
 //
 // Conventions for every op (docs/ARCHITECTURE.md, "The Backend contract", "Precision semantics"):
 //  - bf16 storage in and out; arithmetic in fp32; results rounded to bf16 (nearest-even).
@@ -23,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/op_family.h"
 #include "backend/optimizer_step.h"
-#include "core/bf16.h"
+#include "core/op_family.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 
@@ -112,7 +113,7 @@ class BackendT {
   // ---- encoder ops (BERT/RoBERTa) ----
   // GELU, exact: 0.5·x·(1 + erf(x/√2)) (BERT's and RoBERTa's "gelu"); backward:
   // dinp += (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π))·dout. erff is the C library's on the
-  // cpu and CUDA's on a GPU; the two may differ by an ulp (backend/elementwise_math.h).
+  // cpu and CUDA's on a GPU; the two may differ by an ulp (numerics/elementwise_math.h).
   virtual void gelu_erf_forward(Storage* out, const Storage* inp, int64_t n) = 0;
   virtual void gelu_erf_backward(Storage* dinp, const Storage* inp, const Storage* dout,
                                  int64_t n) = 0;
@@ -122,7 +123,7 @@ class BackendT {
   // Dropout, 0 ≤ p < 1: element i is kept iff u(seed, offset + i) ≥ p, and then scaled by
   // 1/(1 - p), else 0, where u(seed, e) ∈ [0, 1) is word e % 4 of Philox-4x32-10 with key
   // (seed low, seed high) and counter (e/4 low, e/4 high, 0, 0), its top 24 bits · 2^-24
-  // (backend/elementwise_math.h: dropout_uniform). Nothing is stored: the backward recomputes
+  // (numerics/elementwise_math.h: dropout_uniform). Nothing is stored: the backward recomputes
   // the mask from (seed, offset), every backend draws the same mask, and a resumed run replays
   // it. The caller gives each dropout site its own range of offsets. p = 0 is the identity.
   // out may equal inp. Backward: dinp += dout·factor.
@@ -224,36 +225,5 @@ class BackendT {
 };
 
 using Backend = BackendT<bf16>;
-
-// The cpu backend (OpenMP + OpenBLAS, or oneDNN's matmuls). threads <= 0: OpenMP's default.
-// cpu_gemm: parallel.cpu_gemm (auto | onednn | openblas; src/backend/cpu/onednn_gemm.h).
-std::unique_ptr<Backend> make_cpu_backend(int threads = 0, const std::string& cpu_gemm = "auto");
-// The same ops with fp32 storage and no rounding (tests: finite differences, references);
-// auto keeps OpenBLAS, onednn runs oneDNN's fp32 matmuls.
-std::unique_ptr<BackendT<float>> make_cpu_backend_fp32(int threads = 0,
-                                                       const std::string& cpu_gemm = "auto");
-// The cuda backend on GPU `device` (backend/cuda/); throws Error when this build has no CUDA
-// or no GPU can be used (the message says why).
-std::unique_ptr<Backend> make_cuda_backend(int device = 0);
-// The same host code and kernels run on the CPU by the host SIMT emulator (src/simt/): slow,
-// for tests and for checking kernels without a GPU. Always built.
-std::unique_ptr<Backend> make_cuda_emulated_backend();
-// Whether this build has the GPU cuda backend (CMake found nvcc).
-bool cuda_built();
-
-// parallel.backend resolved: "auto" becomes "cuda" when a GPU can be used and "cpu"
-// otherwise; `reason` says why, for the log.
-struct BackendChoice {
-  std::string name;    // cpu | cuda | cuda-emulated
-  std::string reason;  // "auto: no GPU, the CUDA runtime reports ..."
-};
-BackendChoice choose_backend(const std::string& requested);
-// The backend of a resolved name (cpu | cuda | cuda-emulated); cpu threads as make_cpu_backend,
-// `device` the GPU for cuda (a rank's node-local rank).
-// cpu_gemm: parallel.cpu_gemm, for cpu.
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads = 0, int device = 0,
-                                      const std::string& cpu_gemm = "auto");
-// The CUDA device's name ("NVIDIA A100-SXM4-80GB"); "" without CUDA or without a GPU.
-std::string cuda_device_name(int device);
 
 }  // namespace collage

@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "core/error.h"
-#include "train/bench.h"
+#include "tools/bench.h"
 
 namespace collage {
 

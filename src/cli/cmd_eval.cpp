@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
-#include "train/evaluate.h"
+#include "tools/evaluate.h"
 
 namespace collage {
 

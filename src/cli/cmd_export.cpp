@@ -1,10 +1,10 @@
 // `collage export CHECKPOINT --output DIR [--dtype bfloat16|float32] [--force]`: a trained
-// model's weights as safetensors for tools outside collage (src/train/export.h).
+// model's weights as safetensors for tools outside collage (src/tools/export.h).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "train/export.h"
+#include "tools/export.h"
 
 namespace collage {
 

@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "train/evaluate.h"
-#include "train/generate.h"
+#include "core/logging.h"
+#include "tools/generate.h"
 
 namespace collage {
 namespace {

@@ -2,7 +2,7 @@
 // document decoded back to text, and the exact token ids of the first training samples as
 // the trainer reads them (GPTDataset + pretraining sampler, consumed_samples 0, one DP rank).
 // `collage inspect FILE.hdf5|DIR`: a BERT pretraining HDF5 file or a directory of shards
-// (src/data/bert_hdf5.h): sample count, each dataset's shape, dtype and storage, and one
+// (src/data/bert/bert_hdf5.h): sample count, each dataset's shape, dtype and storage, and one
 // sample, decoded with a BERT vocab.txt when --vocab-file is given.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,13 +18,13 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/bert_hdf5.h"
-#include "data/bert_shards.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/gpt_dataset.h"
-#include "data/indexed_dataset.h"
-#include "data/pretraining_sampler.h"
-#include "data/wordpiece_tokenizer.h"
+#include "data/bert/bert_hdf5.h"
+#include "data/bert/bert_shards.h"
+#include "data/megatron/gpt_dataset.h"
+#include "data/megatron/indexed_dataset.h"
+#include "data/megatron/pretraining_sampler.h"
+#include "data/text/gpt2_tokenizer.h"
+#include "data/text/wordpiece_tokenizer.h"
 
 namespace collage {
 namespace {

@@ -2,7 +2,7 @@
 //  [--kernels]`
 // The per-rank memory of a config, computed from the same plans the trainer allocates by,
 // without allocating anything: any model size can be planned on a laptop. --kernels adds the
-// bytes, FLOPs and lower-bound GPU times of every kernel of one step (train/kernel_costs.h).
+// bytes, FLOPs and lower-bound GPU times of every kernel of one step (plan/kernel_costs.h).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -11,12 +11,13 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "dist/backend_choice.h"
 #include "model/trainable_model.h"
 #include "optim/memory_report.h"
-#include "train/comm_plan.h"
-#include "train/kernel_costs.h"
-#include "train/memory_plan.h"
-#include "train/model_flops.h"
+#include "plan/comm_plan.h"
+#include "plan/kernel_costs.h"
+#include "plan/memory_plan.h"
+#include "plan/model_flops.h"
 
 namespace collage {
 namespace {
@@ -49,7 +50,7 @@ std::string plan(const PlanOptions& o) {
   validate_config(config, origin, o.data_parallel);  // heads and ffn must split, batch divide
   const int tp = config.parallel.tensor_parallel, dp = o.data_parallel;
   const ModelConfig& m = config.model;
-  // The kernel cost model describes the tensor-parallel-1 kernels (train/kernel_costs.h).
+  // The kernel cost model describes the tensor-parallel-1 kernels (plan/kernel_costs.h).
   COLLAGE_CHECK(!o.kernels || tp == 1,
                 "{}: --kernels models tensor-parallel 1 only; plan it without --tensor-parallel {} "
                 "or without --kernels",
@@ -102,7 +103,7 @@ std::string plan(const PlanOptions& o) {
                                           : " (gradient all-reduce)")
              : "");
 
-  // The trainer's MFU count (train/model_flops.h), and what it means in time on the GPUs
+  // The trainer's MFU count (plan/model_flops.h), and what it means in time on the GPUs
   // collage knows: a step cannot be faster than at 100% MFU.
   const ModelFlops flops = model_flops(config);
   const double step_flops = flops.per_sequence() * config.training.global_batch_size;

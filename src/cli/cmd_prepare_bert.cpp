@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/prepare_bert.h"
+#include "data/bert/prepare_bert.h"
 
 namespace collage {
 

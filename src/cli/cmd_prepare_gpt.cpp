@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/prepare_gpt.h"
+#include "data/megatron/prepare_gpt.h"
 
 namespace collage {
 

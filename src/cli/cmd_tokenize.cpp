@@ -1,5 +1,5 @@
 // `collage tokenize`: token ids of each line of a file, one output line per input line, to
-// check collage's tokenizers (data/gpt2_tokenizer.h, data/wordpiece_tokenizer.h) against
+// check collage's tokenizers (data/text/gpt2_tokenizer.h, data/text/wordpiece_tokenizer.h) against
 // other implementations.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,8 +20,8 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/wordpiece_tokenizer.h"
+#include "data/text/gpt2_tokenizer.h"
+#include "data/text/wordpiece_tokenizer.h"
 
 namespace collage {
 namespace {

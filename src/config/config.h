@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/optimizer_step.h"
+#include "numerics/precision.h"
 
 namespace collage {
 
@@ -64,11 +64,11 @@ struct DataConfig {
   std::string merges_file;                // GPT-2 vocab.bpe
 
   // Encoders (model.arch bert | roberta) read BERT pretraining HDF5 shards instead
-  // (src/data/bert_hdf5.h, docs/DATA.md §8); data.datasets and data.split are GPT-only.
+  // (src/data/bert/bert_hdf5.h, docs/DATA.md §8); data.datasets and data.split are GPT-only.
   std::string hdf5_train;    // a .hdf5/.h5 file or a directory of them
   std::string hdf5_valid;    // the same for validation; empty: no validation
   int max_predictions = 20;  // masked positions per sequence: the files' P
-  // RoBERTa: masks drawn anew each time a sample is read (src/data/dynamic_masking.h).
+  // RoBERTa: masks drawn anew each time a sample is read (src/data/bert/dynamic_masking.h).
   bool dynamic_masking = false;
   int mask_token_id = 103;  // [MASK] (BERT uncased); RoBERTa's <mask> is 50264
   // Never masked dynamically: BERT's [PAD] [UNK] [CLS] [SEP] [MASK]; RoBERTa: 0 1 2 3 50264.

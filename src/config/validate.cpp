@@ -87,7 +87,7 @@ void check_model(const Checker& c, const ModelConfig& m, int tp) {
              tp);
 }
 
-// BERT / RoBERTa read HDF5 shards (src/data/bert_shards.h).
+// BERT / RoBERTa read HDF5 shards (src/data/bert/bert_shards.h).
 void check_encoder_data(const Checker& c, const DataConfig& d, const ModelConfig& m) {
   if (!d.datasets.empty())
     c.reject("data.datasets",

@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/bf16.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 

@@ -11,7 +11,7 @@
 // RoBERTa (arch roberta): one token type, no pooler or NSP, positions offset past the padding
 // id (pad_token_id + cumulative count of real tokens; padding tokens sit at pad_token_id), as
 // the reference model computes them. Dropout masks come from a counter-based RNG
-// (Philox, src/backend/elementwise_math.h) keyed by a seed and each element's index, so every
+// (Philox, src/numerics/elementwise_math.h) keyed by a seed and each element's index, so every
 // backend draws the same masks and a resumed run replays them.
 //
 // Parameter table (shapes per rank, PyTorch [out, in]; C hidden, F ffn, Vp padded vocab,

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/bf16.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "core/bf16.h"
 #include "model/parameter_info.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 

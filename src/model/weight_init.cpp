@@ -5,10 +5,10 @@
 #include <numbers>
 #include <random>
 
-#include "core/bf16.h"
 #include "core/error.h"
 #include "core/splitmix64.h"
 #include "model/tensor_shards.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/optimizer_step.h"
+#include "numerics/precision.h"
 
 namespace collage {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "core/bf16.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 

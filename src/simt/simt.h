@@ -2,7 +2,7 @@
 // simt: a host emulator of CUDA's SIMT execution model, so that the kernels in kernels/*.cu
 // compile with g++ and run on the CPU (the cuda-emulated backend; docs/ARCHITECTURE.md, "Host
 // emulation of CUDA"). It knows nothing of collage. A kernel file includes this header in
-// place of the CUDA runtime; the host side (src/backend/cuda/runtime_emulated.cpp) uses the
+// place of the CUDA runtime; the host side (src/backend/cuda/runtime/runtime_emulated.cpp) uses the
 // stream, memory and launch functions of namespace simt below.
 //
 // RULES (what the project relies on; docs/ARCHITECTURE.md, "Host emulation of CUDA", numbers

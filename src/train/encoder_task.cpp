@@ -1,11 +1,11 @@
 // The BERT / RoBERTa training task (training_task.h).
 //
 // Data. data.hdf5_train (and data.hdf5_valid) are BERT pretraining HDF5 shards
-// (src/data/bert_hdf5.h), read as the stream of src/data/bert_shards.h: sample k of the run
-// is stream position k, so the position after consumed_samples samples — all a checkpoint
-// needs to resume mid-shard — is (consumed / samples_per_epoch, consumed % samples_per_epoch),
-// whatever the number of ranks. With data.prepare_from, missing shards are first prepared from
-// text (src/data/prepare_bert.h), as the demo does.
+// (src/data/bert/bert_hdf5.h), read as the stream of src/data/bert/bert_shards.h: sample k of the
+// run is stream position k, so the position after consumed_samples samples — all a checkpoint needs
+// to resume mid-shard — is (consumed / samples_per_epoch, consumed % samples_per_epoch), whatever
+// the number of ranks. With data.prepare_from, missing shards are first prepared from text
+// (src/data/bert/prepare_bert.h), as the demo does.
 //
 // Loss. Each micro-batch's loss is the mean MLM loss over its labelled tokens plus (BERT) the
 // mean NSP loss over its sequences, as NVIDIA's and Hugging Face's BERT pretraining compute it;
@@ -19,7 +19,7 @@
 //
 // RoBERTa. No token types and no NSP: the files' segment ids and next-sentence labels are
 // ignored, padding ids become model.pad_token_id, and with data.dynamic_masking each row's masks
-// are drawn anew from its stream position (src/data/dynamic_masking.h), the file's undone.
+// are drawn anew from its stream position (src/data/bert/dynamic_masking.h), the file's undone.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -28,11 +28,11 @@
 
 #include "core/error.h"
 #include "core/splitmix64.h"
-#include "data/bert_shards.h"
-#include "data/dynamic_masking.h"
-#include "data/prepare_bert.h"
+#include "data/bert/bert_shards.h"
+#include "data/bert/dynamic_masking.h"
+#include "data/bert/prepare_bert.h"
 #include "model/bert.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 #include "train/training_task.h"
 
 namespace collage {

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 
-#include "data/pretraining_sampler.h"
+#include "data/megatron/pretraining_sampler.h"
 #include "model/gpt.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 #include "train/training_data.h"
 #include "train/training_task.h"
 

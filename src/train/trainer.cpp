@@ -19,22 +19,23 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/training_checkpoint.h"
 #include "core/error.h"
+#include "dist/backend_choice.h"
 #include "dist/comm.h"
 #include "dist/launcher_watch.h"
 #include "dist/mpi_comm.h"
+#include "dist/parallel_run.h"
 #include "optim/edq.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "train/checkpoint.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
+#include "plan/model_flops.h"
 #include "train/metrics.h"
-#include "train/model_flops.h"
-#include "train/parallel_run.h"
 #include "train/progress.h"
 #include "train/run_directory.h"
 #include "train/stop_signal.h"
-#include "train/training_checkpoint.h"
 #include "train/training_task.h"
 
 namespace collage {

@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/blended_dataset.h"
-#include "data/indexed_dataset.h"
-#include "data/prepare_gpt.h"
+#include "data/megatron/blended_dataset.h"
+#include "data/megatron/indexed_dataset.h"
+#include "data/megatron/prepare_gpt.h"
 
 namespace collage {
 namespace {

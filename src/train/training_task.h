@@ -12,8 +12,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/parallel_run.h"
 #include "model/trainable_model.h"
-#include "train/parallel_run.h"
 
 namespace collage {
 

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "attention_reference.h"
+#include "backend/cpu/cpu_backend.h"
 
 namespace collage::test {
 namespace {

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "attention_reference.h"
+#include "backend/cpu/cpu_backend.h"
 
 namespace collage::test {
 namespace {

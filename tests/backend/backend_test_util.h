@@ -19,8 +19,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/bf16.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "numerics/bf16.h"
 
 namespace collage::test {
 

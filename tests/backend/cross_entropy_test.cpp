@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

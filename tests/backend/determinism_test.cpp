@@ -1,6 +1,7 @@
 // Same inputs, same thread count: bit-identical results, for every op whose parallel
 // decomposition could race or reorder sums (gradient accumulation over rows or tokens,
 // tiled GEMMs, reductions). Sizes large enough that both threads take part.
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

@@ -1,12 +1,13 @@
-// Philox-4x32-10 (src/backend/elementwise_math.h) against Random123's known answers and an
+// Philox-4x32-10 (src/numerics/elementwise_math.h) against Random123's known answers and an
 // independent implementation (philox_reference.h), and dropout_forward/backward against
 // float64 with the masks that numbering defines: keep fraction, forward/backward masks, p = 0,
 // offsets and seeds.
 #include <cmath>
 #include <cstdio>
 
-#include "backend/elementwise_math.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
+#include "numerics/elementwise_math.h"
 #include "philox_reference.h"
 
 namespace collage::test {

@@ -1,5 +1,6 @@
 // embedding_forward / embedding_backward against float64 loops: a vocab-parallel shard
 // [vocab_begin, vocab_end), tokens outside it, repeated tokens, optional position table.
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

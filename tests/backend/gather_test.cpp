@@ -1,6 +1,7 @@
 // gather_rows and scatter_add_rows (backend.h, "encoder ops") against float64, with repeated
 // rows: scatter_add_rows sums a row's dout rows in fp32 in ascending k, then rounds once, so
 // the result is deterministic (same bits on any thread count).
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

@@ -1,4 +1,5 @@
 // layernorm_forward / layernorm_backward against float64 loops, and by finite differences.
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

@@ -2,6 +2,7 @@
 // of the cpu backend's GEMM engines (parallel.cpu_gemm): OpenBLAS on widened tiles and oneDNN.
 // oneDNN has bf16 matmuls only on AMX / AVX512-BF16 CPUs: elsewhere its bf16 cases skip, saying
 // so, and its fp32 cases still run the same primitive, stride and accumulation code.
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend_test_util.h"
 

@@ -1,4 +1,5 @@
 // allocate / release / copies / zero of both cpu backends.
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

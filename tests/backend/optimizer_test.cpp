@@ -1,5 +1,6 @@
 // optimizer_step: fp32-master AdamW over a few steps against a float64 AdamW, and the errors
 // of a strategy called without its state (the bf16 strategies' math: tests/optim/).
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

@@ -1,7 +1,7 @@
 #pragma once
 // An independent Philox-4x32-10 for the tests (Salmon et al., SC 2011, as Random123's
 // philox4x32_10): the ten round keys computed up front, 64-bit products split by hand. It shares
-// no code with src/backend/elementwise_math.h, which the tests check against it and against
+// no code with src/numerics/elementwise_math.h, which the tests check against it and against
 // Random123's known-answer vectors; and the dropout numbering of backend.h on top of it.
 #include <array>
 #include <cstdint>

@@ -1,5 +1,6 @@
 // rope_forward / rope_backward against float64 rotations, the inverse property, in-place use,
 // and finite differences.
+#include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
 namespace collage::test {

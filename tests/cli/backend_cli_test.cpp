@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "dist/backend_choice.h"
 #include "run_collage.h"
 
 namespace collage {

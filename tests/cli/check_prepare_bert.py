@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks the shards `collage prepare-bert` wrote, with h5py and numpy (independent of collage's
-reader, src/data/bert_hdf5.h). Run by tests/cli/prepare_bert_cli_test.cpp:
+reader, src/data/bert/bert_hdf5.h). Run by tests/cli/prepare_bert_cli_test.cpp:
 
   check_prepare_bert.py SHARD_DIR EXPECTED.json
 

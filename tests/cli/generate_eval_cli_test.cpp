@@ -12,13 +12,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend/cpu/cpu_backend.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_info.h"
+#include "checkpoint/training_checkpoint.h"
 #include "core/error.h"
-#include "data/gpt2_tokenizer.h"
+#include "data/text/gpt2_tokenizer.h"
 #include "model/gpt.h"
 #include "run_collage.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_info.h"
-#include "train/training_checkpoint.h"
 
 namespace collage {
 namespace {

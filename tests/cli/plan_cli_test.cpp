@@ -11,13 +11,14 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
+#include "plan/kernel_costs.h"
+#include "plan/memory_plan.h"
+#include "plan/model_flops.h"
 #include "run_collage.h"
-#include "train/kernel_costs.h"
-#include "train/memory_plan.h"
-#include "train/model_flops.h"
 
 namespace collage {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "data/wordpiece_tokenizer.h"
+#include "data/text/wordpiece_tokenizer.h"
 #include "run_collage.h"
 
 namespace {

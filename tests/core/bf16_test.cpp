@@ -1,6 +1,6 @@
 // bf16 rounding against an independent definition: the nearest representable value,
 // found by comparing distances in double, ties to the even significand.
-#include "core/bf16.h"
+#include "numerics/bf16.h"
 
 #include <gtest/gtest.h>
 

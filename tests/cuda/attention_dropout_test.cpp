@@ -1,6 +1,6 @@
 // attention_forward_dropout / attention_backward_dropout (kernels/attention.cu) under the host
 // emulator against the cpu backend, with the mask of the same (seed, offset): both draw it from
-// backend/elementwise_math.h's Philox, so it is the same mask, and the results differ only by
+// numerics/elementwise_math.h's Philox, so it is the same mask, and the results differ only by
 // summation order. Tolerances and their reasons as tests/cuda/attention_test.cpp: lse 1e-5
 // absolute; out 1 bf16 ulp, or 1e-6·max|v| where out ≈ 0 from cancellation; each gradient
 // element |got - want| ≤ 1e-5·G + 2^-7·max(|got|, |want|), G the largest gradient of its part.

@@ -16,6 +16,8 @@
 
 #include "../model/fixture_reader.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "dist/backend_choice.h"
 #include "model/host_values.h"
 
 namespace collage {

@@ -30,7 +30,8 @@
 
 #include "../train/encoder_run.h"
 #include "backend/backend.h"
-#include "data/bert_hdf5.h"
+#include "data/bert/bert_hdf5.h"
+#include "dist/backend_choice.h"
 #include "train/trainer.h"
 
 namespace collage {

@@ -3,7 +3,7 @@
 // cpu backend on the same inputs. The cuda backend under test is the host SIMT emulator
 // (cuda-emulated) or, where a GPU is usable, the real device (cuda_on_device() below).
 // Elementwise ops must agree bit for bit (they evaluate the same fp32 operations: see
-// src/backend/elementwise_math.h); reductions and GEMMs sum in a different order and agree
+// src/numerics/elementwise_math.h); reductions and GEMMs sum in a different order and agree
 // within the tolerances each test states. The few ops that call a libm function (erff, tanhf,
 // logf) get glibc's bits under the emulator and CUDA's on a GPU: there a test states the
 // tolerance those functions' documented accuracy gives, and stays bit-exact under emulation.
@@ -22,6 +22,8 @@
 
 #include "../backend/backend_test_util.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "dist/backend_choice.h"
 
 namespace collage::test {
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "dist/backend_choice.h"
 
 namespace collage::test {
 namespace {

@@ -1,5 +1,5 @@
 // Dropout (kernels/dropout.cu) under the host emulator against the cpu backend: the same masks
-// and the same bits (both draw Philox-4x32-10 from backend/elementwise_math.h and compute one
+// and the same bits (both draw Philox-4x32-10 from numerics/elementwise_math.h and compute one
 // fp32 product, or product plus sum, rounded once), at offsets that do and do not start a
 // Philox counter value, past the low 32 bits of the counter and with a seed using its high
 // half; and the backward recomputes the forward's mask.

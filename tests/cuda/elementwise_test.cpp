@@ -1,7 +1,7 @@
 // kernels/elementwise.cu under the host emulator against the cpu backend
 // (src/backend/cpu/elementwise.cpp): GELU forward and backward, add, accumulate and scale must
 // agree bit for bit (the same fp32 operations in the same order, one rounding), and the casts
-// must equal core/bf16.h's conversions, which the cpu backend's loads and stores use.
+// must equal numerics/bf16.h's conversions, which the cpu backend's loads and stores use.
 //
 // Every op runs at sizes that are and are not multiples of 8 (a Packed128 of bf16), 32 and 128,
 // and at two offsets from the 256-byte aligned allocation: 0 elements (the 128-bit path with a
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../../kernels/kernels.cuh"
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "cuda_test_util.h"
 
 namespace collage::test {
@@ -107,7 +107,7 @@ TEST(CudaElementwise, ScaleMatchesCpuBits) {
 }
 
 // The casts have no Backend method (the cuda backend uses them internally), so this calls the
-// kernels directly on an emulated CudaContext and compares with core/bf16.h.
+// kernels directly on an emulated CudaContext and compares with numerics/bf16.h.
 class EmulatedContext {
  public:
   EmulatedContext() { cuda::open_context(cx, 0); }
@@ -162,8 +162,8 @@ TEST(CudaElementwise, CastsMatchCoreConversions) {
   }
   // fp32 -> bf16: random bit patterns (every exponent, subnormals, infinities), exact ties
   // (low half 0x8000, even and odd kept parts) and the largest finite floats, which round to
-  // infinity. NaNs are left out: core/bf16.h keeps a NaN's sign and payload while the kernels'
-  // math::rn (optim/bf16_math.h, the device's cvt.rn.bf16.f32) gives the canonical 0x7fff.
+  // infinity. NaNs are left out: numerics/bf16.h keeps a NaN's sign and payload while the kernels'
+  // math::rn (numerics/bf16_math.h, the device's cvt.rn.bf16.f32) gives the canonical 0x7fff.
   Rng rng(15);
   std::vector<float> values;
   for (int k = 0; k < 4099; k++) {

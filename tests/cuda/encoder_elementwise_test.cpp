@@ -1,5 +1,5 @@
 // The encoder's exact GELU and tanh (kernels/elementwise.cu) against the cpu backend. Both
-// evaluate the shared backend/elementwise_math.h functions; under the host emulator erff and
+// evaluate the shared numerics/elementwise_math.h functions; under the host emulator erff and
 // tanhf are glibc's on both sides, so the results agree bit for bit.
 //
 // On a GPU (cuda_on_device()) erff and tanhf are CUDA's: at most 2 ulp from the exact value

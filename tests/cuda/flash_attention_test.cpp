@@ -31,8 +31,8 @@
 #include <limits>
 
 #include "attention_cases.h"
-#include "backend/elementwise_math.h"
 #include "cuda_test_util.h"
+#include "numerics/elementwise_math.h"
 
 namespace collage::test {
 namespace {

@@ -3,7 +3,7 @@
 // as BLAS defines it, must equal the row-major product the GemmCall asks for, in every element
 // and reading nothing outside the operands. The cuBLASLt call itself needs a GPU; this is the
 // part of it that can be checked without one.
-#include "backend/cuda/gemm_layout.h"
+#include "backend/cuda/runtime/gemm_layout.h"
 
 #include <gtest/gtest.h>
 

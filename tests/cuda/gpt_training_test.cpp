@@ -20,6 +20,7 @@
 
 #include "../train/tiny_run.h"
 #include "backend/backend.h"
+#include "dist/backend_choice.h"
 #include "train/trainer.h"
 
 namespace collage {

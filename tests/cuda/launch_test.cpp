@@ -6,7 +6,7 @@
 #include <string>
 
 #include "../../kernels/common.cuh"
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "core/error.h"
 
 namespace collage::cuda {

@@ -2,7 +2,7 @@
 // kernels/mma.cuh's ldmatrix (plain and .trans) and multiplies them with its mma, writing every
 // lane's registers. Built twice, like the kernels: as C++ against the emulator (into test_cuda)
 // and, with nvcc, for the GPU (tests/CMakeLists.txt), so the test can compare the two.
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "kernels/mma.cuh"
 #include "tests/cuda/mma_probe.h"
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cuda/context.h"  // opens this build's inline namespace first
+#include "backend/cuda/runtime/context.h"  // opens this build's inline namespace first
 
 namespace collage::cuda {
 

@@ -11,8 +11,9 @@
 #include <cstring>
 
 #include "backend/backend.h"
-#include "core/bf16.h"
+#include "dist/backend_choice.h"
 #include "mma_probe.h"
+#include "numerics/bf16.h"
 
 namespace collage::test {
 namespace {

@@ -1,6 +1,6 @@
 // optimizer_step of the cuda backend (kernels/optimizer.cu) under the host SIMT emulator
 // against the cpu backend (src/backend/cpu/optimizer.cpp), through Backend::optimizer_step.
-// Both run the per-element math of src/optim/collage_math.h with the same AdamScalars, so θ
+// Both run the per-element math of src/numerics/collage_math.h with the same AdamScalars, so θ
 // and every state component must agree bit for bit: every strategy (collage-plus with and
 // without the reference quirk), both Adam orders, weight decay on and off, steps t = 1..4 from
 // random state (fp32-master's fp32 master and moments random too), n = 1007 (4 blocks and a

@@ -1,6 +1,6 @@
 // rope_forward / rope_backward of the cuda backend (kernels/rope.cu) under the host SIMT
 // emulator against the cpu backend: elementwise with the cpu's own cos/sin table
-// (src/backend/rope_table.h), so bit-identical, forward, in place and backward, including
+// (src/numerics/rope_table.h), so bit-identical, forward, in place and backward, including
 // odd HS/2, T = 1, several heads, a long sequence (angles of ~1000 rad, where a table built in
 // fp32 would differ) and a change of shape or base between calls (the device table is
 // rebuilt only then).

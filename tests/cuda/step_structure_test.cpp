@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/backend_choice.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "simt/simt.h"

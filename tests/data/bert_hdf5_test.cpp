@@ -2,7 +2,7 @@
 // in scripts/reference/make_bert_hdf5_fixtures.py (tests/fixtures/bert_hdf5/): every sample,
 // every integer width, one test per broken file, the shard order the script computed with
 // numpy, and the reader's rank split, determinism and resume.
-#include "data/bert_hdf5.h"
+#include "data/bert/bert_hdf5.h"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/bert_shards.h"
+#include "data/bert/bert_shards.h"
 #include "reference_fixture.h"
 
 namespace collage {

@@ -1,14 +1,14 @@
 // BlendedDataset, NeMo's per-split dataset construction and the pretraining sampler against
 // python twins of Megatron's build_blending_indices / MegatronPretrainingSampler
 // (scripts/reference/gpt_dataset_reference.py).
-#include "data/blended_dataset.h"
+#include "data/megatron/blended_dataset.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "data/pretraining_sampler.h"
+#include "data/megatron/pretraining_sampler.h"
 #include "reference_fixture.h"
 
 namespace collage {

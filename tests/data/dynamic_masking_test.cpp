@@ -1,7 +1,7 @@
-// RoBERTa's dynamic masking (src/data/dynamic_masking.h): the file's masks undone, new ones
+// RoBERTa's dynamic masking (src/data/bert/dynamic_masking.h): the file's masks undone, new ones
 // drawn at 15% with 80/10/10, never on special or padding tokens, reproducible per (seed,
 // epoch, sample) and different across epochs.
-#include "data/dynamic_masking.h"
+#include "data/bert/dynamic_masking.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Gpt2Tokenizer against the independent reference: tests/fixtures/gpt2_tokens.json holds
 // the ids that npm gpt-3-encoder (a JavaScript port of GPT-2's encoder.py) gives for each
 // string; scripts/reference/gpt2_encode_reference.js writes it.
-#include "data/gpt2_tokenizer.h"
+#include "data/text/gpt2_tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

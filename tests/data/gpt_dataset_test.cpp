@@ -1,7 +1,7 @@
 // GPTDataset and split parsing against the numpy reference
 // (scripts/reference/gpt_dataset_reference.py): the three index arrays, epoch counts and the
 // tokens of samples, which the reference slices from the concatenated shuffled documents.
-#include "data/gpt_dataset.h"
+#include "data/megatron/gpt_dataset.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// The probe process BERT HDF5 files are opened in first (src/data/hdf5_probe.h): files on which
-// libhdf5 crashes, allocates gigabytes or never returns are refused with an Error naming the
+// The probe process BERT HDF5 files are opened in first (src/data/bert/hdf5_probe.h): files on
+// which libhdf5 crashes, allocates gigabytes or never returns are refused with an Error naming the
 // file, and this process goes on; one probe serves a whole shard set.
-#include "data/hdf5_probe.h"
+#include "data/bert/hdf5_probe.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -11,8 +11,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "data/bert_hdf5.h"
-#include "data/bert_shards.h"
+#include "data/bert/bert_hdf5.h"
+#include "data/bert/bert_shards.h"
 #include "reference_fixture.h"
 
 namespace collage {

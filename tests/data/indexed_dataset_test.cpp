@@ -1,6 +1,6 @@
 // IndexedDataset / IndexedDatasetWriter against .bin/.idx pairs written by the independent
 // numpy writer in scripts/reference/gpt_dataset_reference.py, plus one test per corruption.
-#include "data/indexed_dataset.h"
+#include "data/megatron/indexed_dataset.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // NumpyRandomState against numpy 1.24's legacy RandomState (values recorded by
 // scripts/reference/gpt_dataset_reference.py): raw 32-bit draws, bounded draws through both
 // the 32- and 64-bit paths, and permutations of several sizes, including > 2^16.
-#include "data/numpy_random.h"
+#include "data/megatron/numpy_random.h"
 
 #include <gtest/gtest.h>
 

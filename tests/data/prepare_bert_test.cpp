@@ -1,10 +1,10 @@
-// prepare_bert (src/data/prepare_bert.h): the random distributions pinned to std::mt19937_64,
+// prepare_bert (src/data/bert/prepare_bert.h): the random distributions pinned to std::mt19937_64,
 // truncation, masking (count, positions, labels, the 80/10/10 split), instance building on a
 // synthetic corpus whose ids say where each token came from (A and B contiguous, B after A for
 // label 0, the document tiled in order, NSP near 1/2), independence of the thread count, and
 // the whole command on text: shards read back with collage's reader (bert_hdf5.h), every row's
 // labels restoring tokens of the tokenizer's own ids, byte-identical reruns.
-#include "data/prepare_bert.h"
+#include "data/bert/prepare_bert.h"
 
 #include <gtest/gtest.h>
 
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/bert_hdf5.h"
-#include "data/bert_hdf5_writer.h"
-#include "data/wordpiece_tokenizer.h"
+#include "data/bert/bert_hdf5.h"
+#include "data/bert/bert_hdf5_writer.h"
+#include "data/text/wordpiece_tokenizer.h"
 
 namespace collage {
 namespace {

@@ -3,7 +3,7 @@
 // thread count does not change the files, and bad input names the file and line and leaves
 // no output behind. (tests/cli/prepare_gpt_cli_test.cpp reads the files with its own
 // minimal reader; this test uses collage's IndexedDataset.)
-#include "data/prepare_gpt.h"
+#include "data/megatron/prepare_gpt.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/indexed_dataset.h"
+#include "data/megatron/indexed_dataset.h"
 
 namespace collage {
 namespace {

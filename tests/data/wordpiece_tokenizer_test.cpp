@@ -3,7 +3,7 @@
 // npm) gives for each string, adjusted where it departs from Google's tokenization.py;
 // scripts/reference/make_wordpiece_vectors.js writes it and says how. Hand-worked cases below
 // pin each BasicTokenizer step and the WordPiece search on their own.
-#include "data/wordpiece_tokenizer.h"
+#include "data/text/wordpiece_tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
-#include "core/bf16.h"
 #include "core/error.h"
 #include "dist/comm.h"
 #include "dist/mpi_comm.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 namespace {

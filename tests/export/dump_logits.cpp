@@ -17,10 +17,11 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/bf16.h"
+#include "backend/cpu/cpu_backend.h"
 #include "model/gpt.h"
 #include "model/host_values.h"
-#include "train/export.h"
+#include "numerics/bf16.h"
+#include "tools/export.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`collage export` against GPT-2's forward written out in torch (src/train/export.h).
+"""`collage export` against GPT-2's forward written out in torch (src/tools/export.h).
 
 Three tiny GPTs are trained a few steps (collage-plus, so the weights are the trained bf16
 values, biases and layernorms away from their init) and exported:
@@ -92,7 +92,7 @@ def run(cmd, expect=0):
 # ---- the files, read by hand -----------------------------------------------------------
 
 def read_checkpoint(path):
-    """A collage checkpoint (src/train/checkpoint.h): name -> (dtype, shape, raw bytes)."""
+    """A collage checkpoint (src/checkpoint/checkpoint.h): name -> (dtype, shape, raw bytes)."""
     with open(path, "rb") as f:
         data = f.read()
     assert data[:12] == b"COLLAGE-CKPT", path

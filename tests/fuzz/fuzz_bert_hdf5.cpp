@@ -9,7 +9,7 @@
 // libhdf5 (Debian's 1.10.8, not instrumented) parses the file's structure itself: superblock,
 // object headers, B-trees, filters. On damaged metadata it can crash, allocate gigabytes or
 // loop before collage has anything to check, which is why BertHdf5File opens every file in a
-// probe process first (src/data/hdf5_probe.h): those files must come back as collage::Error
+// probe process first (src/data/bert/hdf5_probe.h): those files must come back as collage::Error
 // naming the file, like any other refusal. The probe gets 0.5 s here instead of 60, so that it
 // refuses a slow file before libFuzzer's one-second timeout would call it a finding. A probe
 // that dies in collage's own code (the first frame of its sanitizer report is not libhdf5's)
@@ -25,8 +25,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "data/bert_hdf5.h"
-#include "data/hdf5_probe.h"
+#include "data/bert/bert_hdf5.h"
+#include "data/bert/hdf5_probe.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

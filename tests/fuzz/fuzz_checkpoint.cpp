@@ -1,7 +1,7 @@
 // Fuzz target: a checkpoint file (load_checkpoint: header, metadata JSON, tensor table,
 // checksum).
+#include "checkpoint/checkpoint.h"
 #include "fuzz_input.h"
-#include "train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace collage;

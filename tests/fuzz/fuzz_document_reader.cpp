@@ -2,7 +2,7 @@
 // bytes as a .txt and as a .jsonl file.
 #include <vector>
 
-#include "data/document_reader.h"
+#include "data/text/document_reader.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

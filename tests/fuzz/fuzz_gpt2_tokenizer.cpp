@@ -3,8 +3,8 @@
 // whenever it is well-formed UTF-8.
 #include <cstdlib>
 
-#include "data/gpt2_tokenizer.h"
-#include "data/utf8.h"
+#include "data/text/gpt2_tokenizer.h"
+#include "data/text/utf8.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

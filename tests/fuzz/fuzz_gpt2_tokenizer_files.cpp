@@ -1,6 +1,6 @@
 // Fuzz target: GPT-2 tokenizer files that are not GPT-2's: a fuzzed encoder.json and
 // vocab.bpe (Gpt2Tokenizer::load), then encoding a fixed text with whatever loaded.
-#include "data/gpt2_tokenizer.h"
+#include "data/text/gpt2_tokenizer.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "data/gpt_dataset.h"
+#include "data/megatron/gpt_dataset.h"
 #include "fuzz_input.h"
 
 namespace {

@@ -2,7 +2,7 @@
 // every sequence it accepts and scanning its token ids, as `collage inspect` does.
 #include <vector>
 
-#include "data/indexed_dataset.h"
+#include "data/megatron/indexed_dataset.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -3,7 +3,7 @@
 // after a NUL is also loaded as a vocab.txt of its own (WordpieceTokenizer::load).
 #include <cstdlib>
 
-#include "data/wordpiece_tokenizer.h"
+#include "data/text/wordpiece_tokenizer.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

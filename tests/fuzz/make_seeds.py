@@ -55,7 +55,7 @@ def crc32c(data):
 
 
 def checkpoint(meta, tensors):
-    """A checkpoint file in the layout of src/train/checkpoint.h."""
+    """A checkpoint file in the layout of src/checkpoint/checkpoint.h."""
     import json
     table, data = [], b""
     for name, dtype, shape, raw in tensors:

@@ -7,8 +7,8 @@ function(collage_fuzz_link executable target)
   if(target STREQUAL "config")
     target_link_libraries(${executable} PRIVATE collage_config)
   elseif(target STREQUAL "checkpoint")
-    # checkpoint.cpp alone: the rest of src/train pulls in every backend.
-    target_sources(${executable} PRIVATE ${CMAKE_SOURCE_DIR}/src/train/checkpoint.cpp)
+    # checkpoint.cpp alone: the rest of src/checkpoint pulls in every backend.
+    target_sources(${executable} PRIVATE ${CMAKE_SOURCE_DIR}/src/checkpoint/checkpoint.cpp)
     target_link_libraries(${executable} PRIVATE collage_core)
   else()
     target_link_libraries(${executable} PRIVATE collage_data)

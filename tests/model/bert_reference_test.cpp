@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "fixture_reader.h"
 #include "model/bert.h"
 #include "model/host_values.h"

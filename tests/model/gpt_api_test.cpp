@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "model/gpt.h"
 

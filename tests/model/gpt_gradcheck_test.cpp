@@ -32,6 +32,7 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "model/gpt.h"
 
 namespace collage {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "model/gpt.h"
 
 namespace collage {

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "fixture_reader.h"
 #include "model/gpt.h"
 #include "model/host_values.h"

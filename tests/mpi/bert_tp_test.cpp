@@ -32,6 +32,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
+#include "dist/backend_choice.h"
 #include "dist/staged_comm.h"
 #include "model/bert.h"
 #include "tp_test_support.h"

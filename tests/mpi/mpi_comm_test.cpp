@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/bf16.h"
 #include "core/error.h"
+#include "numerics/bf16.h"
 
 namespace collage {
 namespace {

@@ -18,6 +18,7 @@
 
 #include "../model/fixture_reader.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "dist/mpi_comm.h"
 #include "model/host_values.h"

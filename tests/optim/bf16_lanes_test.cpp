@@ -1,4 +1,4 @@
-// The lane vectors of src/optim/bf16_lanes.h (the cpu optimizer's AVX2 path) against the
+// The lane vectors of src/numerics/bf16_lanes.h (the cpu optimizer's AVX2 path) against the
 // scalar functions they twin in bf16_math.h and collage_math.h, which the float64 tests
 // (bf16_math_test, mcf_math_test, strategy_step_test) pin down: bit for bit in every lane,
 // on millions of inputs with NaN (any payload), ±inf, subnormals, ±0 and rounding ties.
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "optim/bf16_lanes.h"
-#include "optim/collage_math.h"
-#include "optim/edq_lanes.h"
+#include "numerics/bf16_lanes.h"
+#include "numerics/collage_math.h"
+#include "numerics/edq_lanes.h"
 #include "reference_math.h"
 
 namespace collage::test {

@@ -1,8 +1,8 @@
-// The rounding model of src/optim/bf16_math.h against float64 (reference_math.h):
+// The rounding model of src/numerics/bf16_math.h against float64 (reference_math.h):
 // rn is nearest-even; a bf16 op computed in fp32 then rounded equals the op rounded once
 // (innocuous double rounding, subnormals included); an "fma" line is one fp32 fma then rn;
 // stochastic rounding picks a neighbour with the right probability, reproducibly.
-#include "optim/bf16_math.h"
+#include "numerics/bf16_math.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The cpu backend's optimizer_step for every strategy == the header's per-element step
-// (src/optim/collage_math.h) applied element by element, bit for bit; its EDQ sums equal the
+// (src/numerics/collage_math.h) applied element by element, bit for bit; its EDQ sums equal the
 // header's terms summed (exactly for the counts); 1 and 2 threads give identical bits for θ,
 // the state and the EDQ sums; the fp32 backend runs fp32-master only.
 #include <gtest/gtest.h>
@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
-#include "optim/collage_math.h"
+#include "numerics/collage_math.h"
 #include "reference_math.h"
 
 namespace collage::test {

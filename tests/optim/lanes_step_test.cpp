@@ -1,4 +1,4 @@
-// Every strategy's step (src/optim/collage_math.h) instantiated with the lane vectors of
+// Every strategy's step (src/numerics/collage_math.h) instantiated with the lane vectors of
 // bf16_lanes.h == the scalar step applied to each lane, bit for bit: θ, m, v, δθ, δv, the
 // compensation, the fp32 master and the EDQ terms. Inputs mix ordinary training values with
 // NaN, ±inf, subnormals and ±0 in every component, both Adam orders, the reference quirk,
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "optim/bf16_lanes.h"
-#include "optim/collage_math.h"
-#include "optim/edq_lanes.h"
+#include "numerics/bf16_lanes.h"
+#include "numerics/collage_math.h"
+#include "numerics/edq_lanes.h"
 #include "reference_math.h"
 
 namespace collage::test {

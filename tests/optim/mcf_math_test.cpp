@@ -1,9 +1,9 @@
-// The MCF building blocks of src/optim/mcf_math.h against exact arithmetic: a sum of two
+// The MCF building blocks of src/numerics/mcf_math.h against exact arithmetic: a sum of two
 // doubles is compared exactly through TwoSum (a + b = S + E with S = RN(a+b), E exact, for
 // any exponent gap), longer sums in __float128 (exact for the ≤ 100-bit spans generated).
 // Each block is checked where its precondition holds, and where it does not the documented
 // behaviour is pinned (docs/PRECISION.md §3: Grow uses the Fast2Sum error form, not 2Sum).
-#include "optim/mcf_math.h"
+#include "numerics/mcf_math.h"
 
 #include <gtest/gtest.h>
 

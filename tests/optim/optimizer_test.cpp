@@ -11,6 +11,7 @@
 #include <map>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 
 namespace collage {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "optim/bf16_math.h"
+#include "numerics/bf16_math.h"
 
 namespace collage::test {
 

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "optim/collage_math.h"
+#include "numerics/collage_math.h"
 #include "reference_math.h"
 
 namespace collage::test {

@@ -1,4 +1,4 @@
-// Each strategy's per-element step (src/optim/collage_math.h) against the float64 reference
+// Each strategy's per-element step (src/numerics/collage_math.h) against the float64 reference
 // written from docs/PRECISION.md §3–§5 and §8 (strategy_reference.h), element by element over 5
 // steps: bit-exact θ, m, v, δθ, δv, compensation and the EDQ terms u, Δ. Both Adam orders,
 // weight decay on and off, β2 = 0.95 and 0.999, early steps (t = 1..5, large bias correction)
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "optim/collage_math.h"
+#include "numerics/collage_math.h"
 #include "strategy_reference.h"
 
 namespace collage::test {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`collage eval` under mpirun (src/train/evaluate.h).
+"""`collage eval` under mpirun (src/tools/evaluate.h).
 
 A tiny GPT trained as one process and one trained at tensor-parallel 2 (a checkpoint set) are
 evaluated at every layout:

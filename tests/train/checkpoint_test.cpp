@@ -1,7 +1,7 @@
 // Checkpoint files: round trip, the on-disk layout read back by an independent parser and
 // checksum, every corruption and truncation rejected with the file named, crash safety of
 // saving (a child process killed mid-save), pruning, and resume resolution.
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,10 +16,10 @@
 #include <sstream>
 #include <thread>
 
+#include "checkpoint/training_checkpoint.h"
 #include "core/error.h"
 #include "dist/comm.h"
-#include "train/parallel_run.h"
-#include "train/training_checkpoint.h"
+#include "dist/parallel_run.h"
 
 namespace collage {
 namespace {

@@ -11,7 +11,7 @@
 // can be learned from a few hundred rows.
 #include <random>
 
-#include "data/bert_hdf5_writer.h"
+#include "data/bert/bert_hdf5_writer.h"
 #include "tiny_run.h"
 
 namespace collage {

@@ -6,9 +6,9 @@
 
 #include <cmath>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "encoder_run.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace collage {

@@ -1,7 +1,7 @@
-// collage eval's library side (train/evaluate.h): a checkpoint evaluated after training gives
+// collage eval's library side (tools/evaluate.h): a checkpoint evaluated after training gives
 // exactly the validation figures training logged at its step, for the GPT and for BERT, from a
 // file, a directory or "latest"; --iters picks the first of training's batches.
-#include "train/evaluate.h"
+#include "tools/evaluate.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// `collage export` (src/train/export.h, safetensors.h): the safetensors writer and reader, the
+// `collage export` (src/tools/export.h, safetensors.h): the safetensors writer and reader, the
 // GPT-2 and collage namings, and export_checkpoint() on a trained tiny run, refusals included.
 // tests/export/export_gpt2_test.py checks the export against GPT-2's forward in torch.
-#include "train/export.h"
+#include "tools/export.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include "model/bert.h"
 #include "model/gpt.h"
 #include "tiny_run.h"
-#include "train/safetensors.h"
+#include "tools/safetensors.h"
 #include "train/trainer.h"
 
 namespace collage {

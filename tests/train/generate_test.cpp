@@ -1,7 +1,7 @@
-// collage generate's library side (train/generate.h): the sampler's choices, and greedy
+// collage generate's library side (tools/generate.h): the sampler's choices, and greedy
 // generation equal to an independent argmax over the model's logits, the window sliding once
 // the text outgrows data.seq_len.
-#include "train/generate.h"
+#include "tools/generate.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,11 @@
 #include <map>
 #include <set>
 
+#include "backend/cpu/cpu_backend.h"
+#include "checkpoint/checkpoint_info.h"
+#include "checkpoint/training_checkpoint.h"
 #include "tiny_run.h"
-#include "train/checkpoint_info.h"
 #include "train/trainer.h"
-#include "train/training_checkpoint.h"
 
 namespace collage {
 namespace {

@@ -1,9 +1,9 @@
-// The kernel cost model (src/train/kernel_costs.h) against independent arithmetic and against
+// The kernel cost model (src/plan/kernel_costs.h) against independent arithmetic and against
 // the model itself: the calls of every row are the Backend calls a real GPT makes (counted by
 // a delegating backend), the GEMM FLOPs are 6·tokens·(matmul parameters), the byte counts of
 // chosen rows are written out by hand, attention counts the visible (query, key) pairs by
 // enumeration, and the optimizer's bytes per parameter follow from each strategy's storage.
-#include "train/kernel_costs.h"
+#include "plan/kernel_costs.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "dist/comm.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 
 namespace collage {
 namespace {

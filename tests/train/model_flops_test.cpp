@@ -1,9 +1,9 @@
-// The model FLOP count (src/train/model_flops.h) against two independent things: the
+// The model FLOP count (src/plan/model_flops.h) against two independent things: the
 // published parameter counts of the Hugging Face models collage's configs reproduce (GPT-2
 // 124,439,808; BertForPreTraining bert-base-uncased 110,106,428; RobertaForMaskedLM
 // roberta-base 124,697,433), and collage's own parameter table, whose every row must land in
 // exactly one share of the count (or be a lookup table the count leaves out).
-#include "train/model_flops.h"
+#include "plan/model_flops.h"
 
 #include <gtest/gtest.h>
 

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <map>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "optim/optimizer.h"
 #include "optim/precision_conversion.h"
 #include "tiny_run.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace collage {

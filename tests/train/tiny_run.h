@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "data/indexed_dataset.h"
+#include "data/megatron/indexed_dataset.h"
 
 namespace collage {
 

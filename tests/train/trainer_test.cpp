@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "backend/cpu/onednn_gemm.h"
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "plan/model_flops.h"
 #include "tiny_run.h"
-#include "train/checkpoint.h"
-#include "train/model_flops.h"
 #include "train/run_directory.h"
 
 namespace collage {

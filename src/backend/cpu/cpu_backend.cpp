@@ -6,6 +6,8 @@
 // Threads: every parallel loop runs on `threads` OpenMP threads (num_threads clause, no global
 // setting), and constructing a backend sets OpenBLAS to one thread for the whole process (see
 // matmul.cpp for why). One backend serves one caller at a time: ops share its scratch memory.
+#include "backend/cpu/cpu_backend.h"
+
 #include <cblas.h>
 #include <omp.h>
 

@@ -1,6 +1,6 @@
 // Dropout from a counter-based generator (backend.h, "encoder ops"): element i of a call is
 // kept iff dropout_uniform(seed, offset + i) ≥ p and then scaled by 1/(1 - p), else 0. The
-// uniform comes from Philox-4x32-10 (backend/elementwise_math.h, shared with
+// uniform comes from Philox-4x32-10 (numerics/elementwise_math.h, shared with
 // kernels/dropout.cu), so no mask is stored: the backward recomputes it, the cuda backend draws
 // the same one, and a resumed run replays it from (seed, offset).
 #include <algorithm>

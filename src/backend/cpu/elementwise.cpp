@@ -15,7 +15,7 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 
 }  // namespace
 
-// GELU and its derivative: backend/elementwise_math.h (shared with the CUDA kernels).
+// GELU and its derivative: numerics/elementwise_math.h (shared with the CUDA kernels).
 template <typename S>
 void gelu_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
@@ -30,7 +30,7 @@ void gelu_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t
   }
 }
 
-// The encoder's exact GELU and tanh (backend/elementwise_math.h, shared with the kernels).
+// The encoder's exact GELU and tanh (numerics/elementwise_math.h, shared with the kernels).
 // erff and tanhf are calls into libm, so these loops stay scalar.
 template <typename S>
 void gelu_erf_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {

@@ -58,7 +58,7 @@ template <typename S>
 void dropout_backward(CpuContext& cx, S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
                       uint64_t offset);
 // factors[k] = the dropout factor (1/(1 - p) kept, 0 dropped) of element first_element + k,
-// k < count (backend/elementwise_math.h: dropout_uniform); sequential, for one thread's slice.
+// k < count (numerics/elementwise_math.h: dropout_uniform); sequential, for one thread's slice.
 void dropout_factors(float* factors, int64_t count, float p, uint64_t seed, uint64_t first_element);
 template <typename S>
 void gather_rows(CpuContext& cx, S* out, const S* inp, const int32_t* rows, int64_t count, int C);

@@ -17,7 +17,7 @@
 #include <string>
 #include <tuple>
 
-#include "core/bf16.h"
+#include "numerics/bf16.h"
 
 namespace collage::cpu {
 

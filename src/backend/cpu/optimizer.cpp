@@ -1,5 +1,5 @@
 // One optimizer step over one tensor, for every precision strategy. The per-element math is
-// src/optim/collage_math.h (shared with the CUDA kernel, so both compute the same bits); this
+// src/numerics/collage_math.h (shared with the CUDA kernel, so both compute the same bits); this
 // file only checks the arguments, maps the storage to the header's types and runs the
 // elements in parallel.
 //
@@ -9,7 +9,7 @@
 // time, then one at a time.
 //
 // Many elements at a time: collage_math.h is a template over the bf16 type, and with the
-// Bf16Lanes of optim/bf16_lanes.h (AVX2) one call steps kLanes (64) consecutive elements with
+// Bf16Lanes of numerics/bf16_lanes.h (AVX2) one call steps kLanes (64) consecutive elements with
 // the same operations lane by lane, so the bits are those of the scalar step. The few
 // elements left over at the end of a tensor (n mod kLanes) take the scalar step. Builds
 // without AVX2/FMA (e.g. Debug, no -march) run every element through the scalar step.
@@ -26,11 +26,11 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
 #include "core/error.h"
-#include "optim/collage_math.h"
+#include "numerics/collage_math.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
-#include "optim/bf16_lanes.h"
-#include "optim/edq_lanes.h"
+#include "numerics/bf16_lanes.h"
+#include "numerics/edq_lanes.h"
 #define COLLAGE_CPU_OPTIMIZER_LANES 1
 #endif
 

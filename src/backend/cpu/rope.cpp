@@ -6,14 +6,14 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
-#include "backend/rope_table.h"
 #include "core/error.h"
+#include "numerics/rope_table.h"
 
 namespace collage::cpu {
 namespace {
 
 // The table is computed once per (T, HS, base) by the function the cuda backend uses too
-// (backend/rope_table.h), so both rotate by the same values.
+// (numerics/rope_table.h), so both rotate by the same values.
 const RopeTable& rope_table(CpuContext& cx, int T, int HS, float base) {
   RopeTable& table = cx.rope;
   const int half = HS / 2;

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/elementwise_math.h"
-#include "core/bf16.h"
+#include "numerics/bf16.h"
+#include "numerics/elementwise_math.h"
 
 namespace collage::cpu {
 
@@ -70,7 +70,7 @@ inline float max_value(const float* x, int64_t n) {
 }
 
 // exp_approx: e^x from plain fp32 arithmetic, shared with the CUDA kernels so both compute the
-// same bits (backend/elementwise_math.h).
+// same bits (numerics/elementwise_math.h).
 using math::exp_approx;
 
 }  // namespace collage::cpu

@@ -10,8 +10,8 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cuda/gemm.h"
-#include "backend/cuda/runtime.h"
+#include "backend/cuda/runtime/gemm.h"
+#include "backend/cuda/runtime/runtime.h"
 #include "core/error.h"
 #include "kernels/kernels.cuh"
 
@@ -19,7 +19,7 @@ namespace collage::cuda {
 COLLAGE_CUDA_VARIANT_BEGIN
 namespace {
 
-// The Backend's bf16 and the kernels' __nv_bfloat16 have the same layout (core/bf16.h).
+// The Backend's bf16 and the kernels' __nv_bfloat16 have the same layout (numerics/bf16.h).
 bf16_t* dev(bf16* p) { return reinterpret_cast<bf16_t*>(p); }
 const bf16_t* dev(const bf16* p) { return reinterpret_cast<const bf16_t*>(p); }
 

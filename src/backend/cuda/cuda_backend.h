@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "backend/cuda/context.h"
+#include "backend/cuda/runtime/context.h"
 
 namespace collage::cuda {
 COLLAGE_CUDA_VARIANT_BEGIN

@@ -1,0 +1,449 @@
+// `collage export`: see export.h.
+#include "tools/export.h"
+
+#include <fcntl.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_info.h"
+#include "checkpoint/training_checkpoint.h"
+#include "collage_version.h"
+#include "core/error.h"
+#include "model/bert.h"
+#include "model/gpt.h"
+#include "optim/memory_report.h"
+
+namespace collage {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSafetensors = "model.safetensors";
+
+// GPT-2's BPE vocabulary: its <|endoftext|> (50256) is the bos and eos token.
+constexpr int kGpt2VocabSize = 50257;
+constexpr int kGpt2EndOfText = 50256;
+
+// The rows x cols bf16 matrix `in` transposed (cols x rows).
+std::vector<bf16> transposed(const bf16* in, int64_t rows, int64_t cols) {
+  std::vector<bf16> out(size_t(rows * cols));
+  constexpr int64_t kTile = 64;  // tiles of both matrices stay in cache
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile)
+      for (int64_t i = i0; i < std::min(rows, i0 + kTile); i++)
+        for (int64_t j = j0; j < std::min(cols, j0 + kTile); j++)
+          out[size_t(j * rows + i)] = in[i * cols + j];
+  return out;
+}
+
+// bf16 values as safetensors bytes of `dtype`: BF16 as they are, F32 widened exactly.
+std::vector<uint8_t> encode(const bf16* values, int64_t n, const std::string& dtype) {
+  std::vector<uint8_t> bytes;
+  if (dtype == "BF16") {
+    bytes.resize(size_t(n) * sizeof(bf16));
+    std::memcpy(bytes.data(), values, bytes.size());
+  } else if (dtype == "F32") {
+    bytes.resize(size_t(n) * sizeof(float));
+    bf16_to_float_array(values, reinterpret_cast<float*>(bytes.data()), n);
+  } else {
+    fail("export dtype '{}': expected BF16 or F32", dtype);
+  }
+  return bytes;
+}
+
+// A float config value (1e-5f) as the decimal it was written as (1e-05), not as the double
+// nearest the float (9.99999974737875e-06).
+double shortest(float value) { return std::stod(fmt::format("{}", value)); }
+
+// Writes `data` to `path` and fsyncs it.
+void write_file_synced(const std::string& path, const std::string& data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      fail("{}: write failed: {}", path, std::strerror(e));
+    }
+    p += n, left -= size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    fail("{}: fsync/close failed: {}", path, std::strerror(errno));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  COLLAGE_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  COLLAGE_CHECK(!in.bad(), "{}: read failed", path);
+  return text.str();
+}
+
+void fsync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the files themselves are synced
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// The export directory as given, made absolute and without a trailing '/'.
+fs::path export_directory(const std::string& output) {
+  COLLAGE_CHECK(!output.empty(), "--output: an export directory is needed");
+  fs::path dir = fs::absolute(output).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  return dir;
+}
+
+// What a non-empty `dir` holds, for the refusal message ("config.json, model.safetensors").
+std::string describe_entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  const size_t shown = std::min<size_t>(names.size(), 4);
+  std::string list = fmt::format("{}", fmt::join(names.begin(), names.begin() + shown, ", "));
+  if (names.size() > shown) list += fmt::format(", ... ({} entries)", names.size());
+  return list;
+}
+
+}  // namespace
+
+CheckpointWeights read_checkpoint_weights(const std::string& checkpoint) {
+  std::error_code ec;
+  COLLAGE_CHECK(fs::exists(checkpoint, ec), "{}: no such checkpoint file or directory", checkpoint);
+  CheckpointWeights w;
+  w.path = resolve_resume(checkpoint, checkpoint);  // a directory: its newest valid checkpoint
+  const CheckpointInfo info = read_checkpoint_info(w.path);
+  w.step = info.step;
+  w.precision = info.meta.value("precision", "");
+  w.config = info.config;
+  // A tp = 1 model of the smallest shape (its activations are not used): the weights of any
+  // saved layout are put back together whole by load_checkpoint_weights().
+  auto backend = make_cpu_backend(0);
+  std::unique_ptr<TrainableModel> model;
+  if (is_encoder(w.config.model))
+    model = std::make_unique<BERT>(w.config.model, *backend, 1, 1, 1);
+  else
+    model = std::make_unique<GPT>(w.config.model, *backend, 1, 1);
+  load_checkpoint_weights(w.path, w.config, *backend, *model);
+  w.table = model->parameters();
+  w.values.resize(size_t(model->num_parameters()));
+  backend->copy_to_host(w.values.data(), model->parameter_memory(), w.values.size() * sizeof(bf16));
+  return w;
+}
+
+const char* export_naming_name(ExportNaming naming) {
+  return naming == ExportNaming::hf_gpt2 ? "hf-gpt2" : "collage";
+}
+
+ExportNamingChoice choose_export_naming(const ModelConfig& config) {
+  if (config.arch != "gpt")
+    return {ExportNaming::collage,
+            fmt::format("model.arch is {}: Hugging Face GPT-2 names are for GPTs, encoders keep "
+                        "collage's names",
+                        config.arch)};
+  if (config.position_embedding != "learned")
+    return {ExportNaming::collage,
+            fmt::format("model.position_embedding is {}: GPT-2 has learned positions only",
+                        config.position_embedding)};
+  return {ExportNaming::hf_gpt2,
+          fmt::format("a GPT with learned positions, pre-LN blocks with biases and GELU-tanh is "
+                      "GPT-2 ({} embeddings{})",
+                      config.tie_embeddings ? "tied" : "untied",
+                      config.tie_embeddings ? "" : ": lm_head.weight, tie_word_embeddings false")};
+}
+
+std::vector<SafetensorsTensor> export_tensors(const CheckpointWeights& weights, ExportNaming naming,
+                                              const std::string& dtype) {
+  safetensors_dtype_size(dtype);  // a known name
+  COLLAGE_CHECK(dtype == "BF16" || dtype == "F32", "export dtype '{}': expected BF16 or F32",
+                dtype);
+  std::map<std::string, const ParameterInfo*> by_name;
+  for (const ParameterInfo& info : weights.table) {
+    COLLAGE_CHECK(info.offset + info.numel <= int64_t(weights.values.size()),
+                  "{}: parameter '{}' lies outside the {} values read", weights.path, info.name,
+                  weights.values.size());
+    by_name[info.name] = &info;
+  }
+  std::vector<SafetensorsTensor> out;
+  if (naming == ExportNaming::collage) {
+    for (const ParameterInfo& info : weights.table)
+      out.push_back({info.name, dtype, info.full_shape,
+                     encode(weights.values.data() + info.offset, info.numel, dtype)});
+    return out;
+  }
+
+  const ModelConfig& c = weights.config.model;
+  COLLAGE_CHECK(choose_export_naming(c).naming == ExportNaming::hf_gpt2,
+                "{}: {}: no Hugging Face GPT-2 names", weights.path,
+                choose_export_naming(c).reason);
+  std::set<std::string> used;
+  auto source = [&](const std::string& name) -> const ParameterInfo& {
+    const auto it = by_name.find(name);
+    COLLAGE_CHECK(it != by_name.end(), "{}: the model has no parameter '{}'", weights.path, name);
+    used.insert(name);
+    return *it->second;
+  };
+  auto values = [&](const ParameterInfo& info) { return weights.values.data() + info.offset; };
+  // As it is.
+  auto copy = [&](const std::string& hf, const std::string& name) {
+    const ParameterInfo& info = source(name);
+    out.push_back({hf, dtype, info.full_shape, encode(values(info), info.numel, dtype)});
+  };
+  // (out, in) -> Conv1D's (in, out).
+  auto transpose = [&](const std::string& hf, const std::string& name) {
+    const ParameterInfo& info = source(name);
+    const int64_t rows = info.full_shape.at(0), cols = info.full_shape.at(1);
+    const std::vector<bf16> t = transposed(values(info), rows, cols);
+    out.push_back({hf, dtype, {cols, rows}, encode(t.data(), info.numel, dtype)});
+  };
+  // The vocabulary's rows without the padding (ids >= vocab_size).
+  auto vocab_rows = [&](const std::string& hf, const std::string& name) {
+    const ParameterInfo& info = source(name);
+    const int64_t cols = info.full_shape.at(1);
+    COLLAGE_CHECK(info.full_shape.at(0) >= c.vocab_size,
+                  "{}: '{}' has {} rows, fewer than the {} "
+                  "of model.vocab_size",
+                  weights.path, name, info.full_shape.at(0), c.vocab_size);
+    out.push_back({hf,
+                   dtype,
+                   {c.vocab_size, cols},
+                   encode(values(info), int64_t{c.vocab_size} * cols, dtype)});
+  };
+  vocab_rows("transformer.wte.weight", "wte.weight");
+  copy("transformer.wpe.weight", "wpe.weight");
+  for (int l = 0; l < c.n_layer; l++) {
+    const std::string p = fmt::format("h.{}.", l), hf = "transformer." + p;
+    copy(hf + "ln_1.weight", p + "ln_1.weight");
+    copy(hf + "ln_1.bias", p + "ln_1.bias");
+    transpose(hf + "attn.c_attn.weight", p + "attn.qkv.weight");
+    copy(hf + "attn.c_attn.bias", p + "attn.qkv.bias");
+    transpose(hf + "attn.c_proj.weight", p + "attn.proj.weight");
+    copy(hf + "attn.c_proj.bias", p + "attn.proj.bias");
+    copy(hf + "ln_2.weight", p + "ln_2.weight");
+    copy(hf + "ln_2.bias", p + "ln_2.bias");
+    transpose(hf + "mlp.c_fc.weight", p + "mlp.fc1.weight");
+    copy(hf + "mlp.c_fc.bias", p + "mlp.fc1.bias");
+    transpose(hf + "mlp.c_proj.weight", p + "mlp.fc2.weight");
+    copy(hf + "mlp.c_proj.bias", p + "mlp.fc2.bias");
+  }
+  copy("transformer.ln_f.weight", "ln_f.weight");
+  copy("transformer.ln_f.bias", "ln_f.bias");
+  if (!c.tie_embeddings) vocab_rows("lm_head.weight", "lm_head.weight");
+  // Every parameter has gone somewhere: a parameter added to the GPT must be mapped here.
+  COLLAGE_CHECK(used.size() == weights.table.size(),
+                "{}: {} of the model's {} parameters have no GPT-2 name", weights.path,
+                weights.table.size() - used.size(), weights.table.size());
+  return out;
+}
+
+nlohmann::ordered_json hf_gpt2_config(const ModelConfig& c, const std::string& torch_dtype) {
+  const bool gpt2_vocab = c.vocab_size == kGpt2VocabSize;
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["vocab_size"] = c.vocab_size;
+  j["n_positions"] = c.max_position_embeddings;
+  j["n_ctx"] = c.max_position_embeddings;
+  j["n_embd"] = c.hidden_size;
+  j["n_layer"] = c.n_layer;
+  j["n_head"] = c.n_head;
+  j["n_inner"] =
+      c.ffn() == 4 * c.hidden_size ? nlohmann::ordered_json() : nlohmann::ordered_json(c.ffn());
+  j["activation_function"] = "gelu_new";  // GELU, tanh approximation
+  // collage's GPT has no dropout; transformers' defaults (0.1) would apply in train mode.
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["layer_norm_epsilon"] = shortest(c.layernorm_eps);
+  j["initializer_range"] = shortest(c.init_std);
+  j["scale_attn_weights"] = true;  // softmax(q·kᵀ/√HS)
+  j["scale_attn_by_inverse_layer_idx"] = false;
+  j["reorder_and_upcast_attn"] = false;
+  j["use_cache"] = true;
+  j["bos_token_id"] =
+      gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json();
+  j["eos_token_id"] =
+      gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json();
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["torch_dtype"] = torch_dtype;
+  return j;
+}
+
+const std::vector<std::string>& export_file_names() {
+  static const std::vector<std::string> names = {kSafetensors, "config.json",
+                                                 "vocab.json", "merges.txt",
+                                                 "vocab.txt",  "tokenizer_config.json"};
+  return names;
+}
+
+ExportResult export_checkpoint(const ExportOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  COLLAGE_CHECK(options.dtype == "bfloat16" || options.dtype == "float32",
+                "--dtype: '{}' is not bfloat16 or float32", options.dtype);
+  const std::string dtype = options.dtype == "bfloat16" ? "BF16" : "F32";
+  const fs::path dir = export_directory(options.output);
+  const fs::path shown = (fs::path(options.output) / "x").parent_path();  // for messages
+  // The directory first: refused before any work.
+  bool replace_whole = true;  // DIR missing or empty: the staging directory becomes it
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    COLLAGE_CHECK(fs::is_directory(dir, ec), "{}: --output exists and is not a directory",
+                  shown.string());
+    if (!fs::is_empty(dir, ec)) {
+      COLLAGE_CHECK(options.force,
+                    "{}: --output is not empty (it holds {}); choose a new directory, or pass "
+                    "--force to write the export's files into it (replacing an earlier export)",
+                    shown.string(), describe_entries(dir));
+      replace_whole = false;
+    }
+  }
+  COLLAGE_CHECK(fs::exists(options.checkpoint, ec), "{}: no such checkpoint file or directory",
+                options.checkpoint);
+  // The staging directory beside DIR (the same file system, so renames are atomic); parent
+  // directories made for it are removed again when the export fails.
+  const fs::path parent = dir.parent_path();
+  fs::path created;  // the outermost directory this export created, if any
+  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) created = p;
+  try {
+    fs::create_directories(parent);
+  } catch (const fs::filesystem_error& e) {
+    fail("{}: cannot create the directory of --output: {}", parent.string(), e.code().message());
+  }
+  const fs::path staging =
+      parent / fmt::format(".{}.export-{}.tmp", dir.filename().string(), ::getpid());
+  fs::remove_all(staging, ec);
+  try {
+    fs::create_directory(staging);
+  } catch (const fs::filesystem_error& e) {
+    fail("{}: cannot create a directory beside --output: {}", staging.string(), e.code().message());
+  }
+
+  ExportResult result;
+  result.directory = dir.string();
+  try {
+    const CheckpointWeights weights = read_checkpoint_weights(options.checkpoint);
+    const ModelConfig& m = weights.config.model;
+    result.step = weights.step;
+    spdlog::info("export: {} (step {}, {}): {}, {} layers, hidden {}, vocab {}: {} parameters",
+                 weights.path, weights.step, weights.precision, m.arch, m.n_layer, m.hidden_size,
+                 m.vocab_size, weights.values.size());
+    const ExportNamingChoice choice = choose_export_naming(m);
+    result.naming = choice.naming;
+    result.reason = choice.reason;
+    spdlog::info("export: {} names: {}", export_naming_name(choice.naming), choice.reason);
+
+    const std::vector<SafetensorsTensor> tensors = export_tensors(weights, choice.naming, dtype);
+    const std::map<std::string, std::string> metadata = {
+        {"format", "pt"},
+        {"collage_version", fmt::format("{} ({})", COLLAGE_VERSION, COLLAGE_GIT)},
+        {"step", std::to_string(weights.step)},
+        {"precision", weights.precision},
+        {"naming", export_naming_name(choice.naming)},
+        {"collage_config", config_to_yaml(weights.config)}};
+    result.safetensors_bytes =
+        write_safetensors((staging / kSafetensors).string(), tensors, metadata);
+    result.tensors = int64_t(tensors.size());
+    result.files.push_back(kSafetensors);
+
+    const bool hf = choice.naming == ExportNaming::hf_gpt2;
+    if (hf) {
+      write_file_synced((staging / "config.json").string(),
+                        hf_gpt2_config(m, options.dtype).dump(2) + "\n");
+      result.files.push_back("config.json");
+    }
+    // The tokenizer the model was trained with, when its files are where the config says
+    // (relative paths: from the current directory, as when training).
+    const DataConfig& data = weights.config.data;
+    struct TokenizerFile {
+      const char* key;
+      std::string source;
+      const char* name;  // in DIR
+    };
+    std::vector<TokenizerFile> tokenizer;
+    if (!is_encoder(m)) {
+      tokenizer = {{"data.vocab_file", data.vocab_file, "vocab.json"},
+                   {"data.merges_file", data.merges_file, "merges.txt"}};
+    } else {
+      tokenizer = {{"data.vocab_file", data.vocab_file, "vocab.txt"}};
+    }
+    std::vector<std::string> missing, copied;
+    for (const TokenizerFile& t : tokenizer)
+      if (t.source.empty())
+        missing.push_back(fmt::format("{} is not set", t.key));
+      else if (!fs::is_regular_file(t.source, ec))
+        missing.push_back(fmt::format("{} {} is not found", t.key, t.source));
+    if (missing.empty()) {
+      for (const TokenizerFile& t : tokenizer) {
+        write_file_synced((staging / t.name).string(), read_file(t.source));
+        result.files.push_back(t.name);
+        copied.push_back(fmt::format("{} -> {}", t.source, t.name));
+      }
+      if (hf) {
+        nlohmann::ordered_json tokenizer_config;
+        tokenizer_config["model_max_length"] = m.max_position_embeddings;
+        write_file_synced((staging / "tokenizer_config.json").string(),
+                          tokenizer_config.dump(2) + "\n");
+        result.files.push_back("tokenizer_config.json");
+      }
+      spdlog::info("export: the tokenizer of the checkpoint's config: {}", fmt::join(copied, ", "));
+    } else {
+      spdlog::info("export: no tokenizer files: the checkpoint's {}", fmt::join(missing, ", "));
+    }
+
+    // Commit.
+    if (replace_whole) {
+      fs::remove(dir, ec);  // an empty directory, or nothing
+      if (std::rename(staging.c_str(), dir.c_str()) != 0)
+        fail("{}: cannot rename {} to it: {}", shown.string(), staging.string(),
+             std::strerror(errno));
+      fsync_directory(parent);
+    } else {
+      for (const std::string& name : result.files)
+        if (std::rename((staging / name).c_str(), (dir / name).c_str()) != 0)
+          fail("{}: cannot rename {} into it: {}", shown.string(), (staging / name).string(),
+               std::strerror(errno));
+      for (const std::string& name : export_file_names())
+        if (std::find(result.files.begin(), result.files.end(), name) == result.files.end() &&
+            fs::remove(dir / name, ec))
+          spdlog::info("export: removed {} of an earlier export", (shown / name).string());
+      fs::remove_all(staging, ec);
+      fsync_directory(dir);
+    }
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    if (!created.empty()) fs::remove_all(created, ec);
+    throw;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info(
+      "export: wrote {}: {} tensors, {} ({}), and {} in {:.1f} s", (shown / kSafetensors).string(),
+      result.tensors, format_bytes(double(result.safetensors_bytes)), dtype,
+      result.files.size() > 1
+          ? fmt::format("{}", fmt::join(result.files.begin() + 1, result.files.end(), ", "))
+          : std::string("no other file"),
+      result.seconds);
+  return result;
+}
+
+}  // namespace collage
