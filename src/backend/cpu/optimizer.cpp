@@ -185,10 +185,13 @@ struct StochasticStep : Bf16Adam {
     B th, g, mi, vi;
     load_at(i, th, g, mi, vi);
     auto edq = [&] {
-      if constexpr (std::is_same_v<B, cm::bfloat>) {
-        return cm::step_stochastic(th, g, mi, vi, s, seed, t, offset + i);
-      } else {
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+      if constexpr (!std::is_same_v<B, cm::bfloat>) {
         return cm::step_stochastic(th, g, mi, vi, s, seed, t, cm::LaneIndices{offset + i});
+      } else
+#endif
+      {
+        return cm::step_stochastic(th, g, mi, vi, s, seed, t, offset + i);
       }
     }();
     store_at(i, th, mi, vi);
