@@ -3,17 +3,20 @@
 #   scripts/test.sh [CTEST_ARGS...]             release build in build/ (with nvcc when present)
 #   scripts/test.sh --sanitize [CTEST_ARGS...]  the same suite built with AddressSanitizer and
 #       UndefinedBehaviorSanitizer in build-sanitize/ (g++, no GPU code, the cuda backend
-#       emulated): any report fails its test (tests/sanitizers/README.md)
+#       emulated): any report fails its test (tests/sanitizers/README.md). Tests labelled
+#       plain-only (end-to-end jobs and schedule variants; README.md, "Testing") are left out.
 # CTEST_ARGS go to ctest, e.g. -R Optimizer to run some tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 build=build
 cmake_args=(-DCMAKE_BUILD_TYPE=Release)
+ctest_args=()
 if [[ ${1:-} == --sanitize ]]; then
   shift
   build=build-sanitize
   cmake_args+=(-DCOLLAGE_SANITIZE=ON)
+  ctest_args+=(-LE plain-only)
   # Read by every sanitized process, the ones mpirun and the Python tests start included.
   sanitizers="$PWD/tests/sanitizers"
   export ASAN_OPTIONS="strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
@@ -26,4 +29,4 @@ elif ! command -v nvcc >/dev/null && [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nv
 fi
 cmake -S . -B "$build" "${cmake_args[@]}"
 cmake --build "$build" -j"$(nproc)"
-ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "${ctest_args[@]}" "$@"

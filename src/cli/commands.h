@@ -9,6 +9,8 @@
 #include <charconv>
 #include <string>
 
+#include "cli/run_cli.h"
+
 namespace collage {
 
 // An integer option's lower bound, with a short message ("must be >= 1, got 0"; CLI11's own
@@ -38,7 +40,5 @@ void add_tokenize_command(CLI::App& root);
 void add_eval_command(CLI::App& root);
 void add_generate_command(CLI::App& root);
 void add_export_command(CLI::App& root);
-
-int run_cli(int argc, char** argv);
 
 }  // namespace collage
