@@ -93,14 +93,17 @@ def main():
     def closure(library):
         seen, todo = set(), [library]
         while todo:
-            for link in libraries[todo.pop()]["links"]:
+            for link in libraries.get(todo.pop(), {"links": []})["links"]:
                 if link not in seen:
                     seen.add(link)
                     todo.append(link)
         return seen
 
     folder_edges = {}  # folder -> {included folder: an example "file -> header"}
-    failures = []
+    failures = [f"{name} links {link}, which CMakeLists.txt does not record "
+                "(collage_record_library)"
+                for name, entry in libraries.items() for link in entry["links"]
+                if link not in libraries]
     files = list(source_files(root))
     for path in files:
         if path == "src/main.cpp":
