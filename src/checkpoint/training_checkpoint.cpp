@@ -111,6 +111,19 @@ std::string save_checkpoint_set(const std::string& dir, Checkpoint& part, const 
   return (fs::path(dir) / checkpoint_file_name(part.step)).string();
 }
 
+std::string save_training_checkpoint(const Config& config, Backend& backend,
+                                     const TrainableModel& model, const Optimizer& optimizer,
+                                     const TrainingProgress& progress, const RankLayout& layout,
+                                     Comm& world) {
+  Checkpoint part = make_training_checkpoint(config, backend, model, optimizer, progress, layout);
+  const std::string path =
+      layout.world_size > 1
+          ? save_checkpoint_set(checkpoint_dir(config), part, layout, world, config.checkpoint.keep)
+          : save_checkpoint(checkpoint_dir(config), part, config.checkpoint.keep);
+  spdlog::info("saved checkpoint {}", path);
+  return path;
+}
+
 namespace {
 
 // A saved layout's part: which tensor-parallel rank, and where its optimizer state starts.

@@ -47,18 +47,26 @@ Checkpoint make_training_checkpoint(const Config& config, Backend& backend,
 std::string save_checkpoint_set(const std::string& dir, Checkpoint& part, const RankLayout& layout,
                                 Comm& world, int keep);
 
-// Only the weights of `path` (any layout) into the model: `collage train --init-from`, a new
-// run from another's weights with a fresh optimizer state, schedule and data position (BERT's
-// phase 2 starts from phase 1 this way). Construct the optimizer after it.
+// The run's state into checkpoint_dir(config), keeping the newest checkpoint.keep: one file, or
+// with several ranks a set (every rank calls it, `world` holding them all). Logs and returns
+// the path written (a set's manifest).
+std::string save_training_checkpoint(const Config& config, Backend& backend,
+                                     const TrainableModel& model, const Optimizer& optimizer,
+                                     const TrainingProgress& progress, const RankLayout& layout,
+                                     Comm& world);
+
 // checkpoint.dir, or <logging.dir>/checkpoints when it is empty.
 std::string checkpoint_dir(const Config& config);
 
+// Only the weights of `path` (any layout) into the model: `collage train --init-from`, a new
+// run from another's weights with a fresh optimizer state, schedule and data position (BERT's
+// phase 2 starts from phase 1 this way). Construct the optimizer after it.
 // Returns the step the weights were saved after.
 int64_t load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
                                 TrainableModel& model);
 
 // The refusals of restore_training_checkpoint() below (changed keys, another precision), from
-// the checkpoint's header alone: the trainer asks before it loads or prepares any data.
+// the checkpoint's header alone: plan_resume() (resume_plan.h) asks before any data is loaded.
 void check_resume_allowed(const std::string& path, const Config& config, bool convert_precision,
                           bool allow_config_change);
 

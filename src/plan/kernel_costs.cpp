@@ -146,126 +146,172 @@ double optimizer_bytes_per_parameter(Precision precision) {
   return 0;
 }
 
+namespace {
+
+// The GPT's dimensions as one micro-batch's kernels see them, and the rows priced so far.
+struct KernelCostRows {
+  const int B, T;
+  const double N, C, F, V, Vp, NH, HS;
+  const int64_t L;
+  const bool rope;
+  // Rows of the embedding a micro-batch touches: one per distinct token, at most min(N, V).
+  const double rows_touched;
+  // Causal attention: query i sees keys 0..i, T(T+1)/2 (query, key) pairs per (b, head); a
+  // GEMM-equivalent over them (q·k, or a weighted sum of HS-vectors) is 2·HS FLOPs a pair.
+  const double attention_gemm;
+  // Head sizes 64 and 128 run attention on tensor cores (kernels/flash_attention.cu), others on
+  // the fp32 pipe (the SIMT kernels of kernels/attention.cu).
+  const bool attention_on_tensor_cores;
+  const double layernorm_stats;   // mean, rstd (N) fp32, written or read
+  const double rope_table_bytes;  // cos, sin (T, HS/2)
+  std::vector<KernelCost> rows;
+
+  KernelCostRows(const ModelConfig& model, int b, int t)
+      : B(b),
+        T(t),
+        N(double(b) * t),
+        C(model.hidden_size),
+        F(model.ffn()),
+        V(model.vocab_size),
+        Vp(model.padded_vocab(1)),
+        NH(model.n_head),
+        HS(model.head_size()),
+        L(model.n_layer),
+        rope(model.position_embedding == "rope"),
+        rows_touched(std::min(N, V)),
+        attention_gemm(B * NH * (T * (T + 1.0) / 2) * 2 * HS),
+        attention_on_tensor_cores(HS == 64 || HS == 128),
+        layernorm_stats(2 * N * kF32),
+        rope_table_bytes(2 * T * (HS / 2) * kF32) {}
+
+  void add(std::string name, KernelPhase phase, int64_t calls, double bytes_per_call,
+           double flops_per_call, bool tensor_cores = false, bool attention = false) {
+    rows.push_back({std::move(name), phase, calls, bytes_per_call * calls, flops_per_call * calls,
+                    tensor_cores, attention});
+  }
+  // matmul_forward: out (N, OC) = inp (N, K)·Wᵀ + bias. 2·N·K·OC; the bias epilogue's adds
+  // are not counted (1/K of the GEMM).
+  void matmul_forward(const std::string& name, int64_t calls, double K, double OC, bool bias) {
+    add("matmul_forward " + name, KernelPhase::forward, calls,
+        (N * K + OC * K + (bias ? OC : 0) + N * OC) * kBf16, 2 * N * K * OC, true);
+  }
+  // matmul_backward: dinp (N, K) += dout·W, dweight (OC, K) += doutᵀ·inp, dbias += Σ dout:
+  // dout, inp, W read; dinp, dweight, dbias read and written (they accumulate). 2 GEMMs.
+  void matmul_backward(const std::string& name, int64_t calls, double K, double OC, bool bias) {
+    add("matmul_backward " + name, KernelPhase::backward, calls,
+        (N * OC + N * K + OC * K + 2 * N * K + 2 * OC * K + (bias ? 2 * OC : 0)) * kBf16,
+        4 * N * K * OC, true);
+  }
+  // layernorm_backward: dout, inp, weight, mean, rstd read; dinp, dweight, dbias accumulate.
+  void layernorm_backward(const std::string& name, int64_t calls) {
+    add("layernorm_backward " + name, KernelPhase::backward, calls,
+        (N * C + N * C + C + 2 * N * C + 4 * C) * kBf16 + layernorm_stats,
+        kLayernormBackwardFlops * N * C);
+  }
+};
+
+// The forward's kernels, in the order of src/model/gpt.cpp GptT::forward.
+void add_forward(KernelCostRows& k) {
+  using KP = KernelPhase;
+  const double N = k.N, C = k.C, F = k.F, V = k.V, Vp = k.Vp, NH = k.NH;
+  const int T = k.T;
+  const int64_t L = k.L;
+  k.add("embedding_forward", KP::forward, 1,
+        N * kI32 + k.rows_touched * C * kBf16 + (k.rope ? 0 : T * C * kBf16) + N * C * kBf16,
+        k.rope ? 0 : N * C);
+  k.add("layernorm_forward ln_1 of layer 0", KP::forward, 1,
+        (2 * N * C + 2 * C) * kBf16 + k.layernorm_stats, kLayernormForwardFlops * N * C);
+  k.matmul_forward("qkv", L, C, 3 * C, true);
+  if (k.rope) {
+    k.add("rope_forward", KP::forward, L, 2 * N * 3 * C * kBf16 + k.rope_table_bytes,
+          kRopeForwardFlops * N * 2 * C);
+  }
+  k.add("attention_forward", KP::forward, L, (N * 3 * C + N * C) * kBf16 + N * NH * kF32,
+        2 * k.attention_gemm, k.attention_on_tensor_cores, true);
+  k.matmul_forward("proj", L, C, C, true);
+  // residual = a + b, out = layernorm(residual): a, b, weight, bias read; residual, out, stats
+  // written.
+  const double residual_layernorm_bytes = (4 * N * C + 2 * C) * kBf16 + k.layernorm_stats;
+  const double residual_layernorm_flops = (1 + kLayernormForwardFlops) * N * C;
+  k.add("residual_layernorm_forward ln_2", KP::forward, L, residual_layernorm_bytes,
+        residual_layernorm_flops);
+  k.matmul_forward("fc1", L, C, F, true);
+  k.add("gelu_forward", KP::forward, L, 2 * N * F * kBf16, kGeluFlops * N * F);
+  k.matmul_forward("fc2", L, F, C, true);
+  k.add("residual_layernorm_forward next ln_1 / ln_f", KP::forward, L, residual_layernorm_bytes,
+        residual_layernorm_flops);
+  k.matmul_forward("head", 1, C, Vp, false);
+  // Only the V real columns of each logit row are read; losses and lse (N) fp32 written.
+  k.add("cross_entropy_forward", KP::forward, 1, N * V * kBf16 + N * kI32 + 2 * N * kF32,
+        kCrossEntropyForwardFlops * N * V);
+  k.add("sum losses", KP::forward, 1, N * kF32, N);
+}
+
+// The backward's kernels, in the order of GptT::backward; the zeroed gradients are memsets.
+void add_backward(KernelCostRows& k) {
+  using KP = KernelPhase;
+  const double N = k.N, C = k.C, F = k.F, V = k.V, Vp = k.Vp, NH = k.NH;
+  const int T = k.T;
+  const int64_t L = k.L;
+  const bool rope = k.rope;
+  k.add("zero dlnf", KP::backward, 1, N * C * kBf16, 0);
+  k.add("zero dresidual", KP::backward, 1, N * C * kBf16, 0);
+  // Each layer's gradients (GptLayerGradients), zeroed before the layer's backward.
+  k.add("zero dfch_gelu, dfch", KP::backward, 2 * L, N * F * kBf16, 0);
+  k.add("zero dln2, datty, dln1", KP::backward, 3 * L, N * C * kBf16, 0);
+  k.add(rope ? "zero dqkv_rope, dqkv" : "zero dqkv", KP::backward, (rope ? 2 : 1) * L,
+        N * 3 * C * kBf16, 0);
+  // logits (V real columns), targets and the forward's lse read; all of dlogits written.
+  k.add("cross_entropy_shard_backward", KP::backward, 1,
+        N * V * kBf16 + N * Vp * kBf16 + N * kI32 + N * kF32, kCrossEntropyBackwardFlops * N * V);
+  k.matmul_backward("head", 1, C, Vp, false);
+  k.layernorm_backward("ln_f", 1);
+  k.matmul_backward("fc2", L, F, C, true);
+  k.add("gelu_backward", KP::backward, L, 4 * N * F * kBf16, kGeluBackwardFlops * N * F);
+  k.matmul_backward("fc1", L, C, F, true);
+  k.layernorm_backward("ln_2", L);
+  k.matmul_backward("proj", L, C, C, true);
+  // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv read and written.
+  k.add("attention_backward", KP::backward, L,
+        (N * C + N * C + N * 3 * C + 2 * N * 3 * C) * kBf16 + N * NH * kF32, 5 * k.attention_gemm,
+        k.attention_on_tensor_cores, true);
+  if (rope) {
+    k.add("rope_backward", KP::backward, L, 3 * N * 3 * C * kBf16 + k.rope_table_bytes,
+          kRopeBackwardFlops * N * 2 * C + N * C);
+  }
+  k.matmul_backward("qkv", L, C, 3 * C, true);
+  k.layernorm_backward("ln_1", L);
+  // dout and tokens read; the touched dwte rows (and dwpe) read and written; each row's
+  // gradients are summed in fp32 and added once (N·C adds for dwte, N·C for dwpe).
+  k.add("embedding_backward", KP::backward, 1,
+        N * C * kBf16 + N * kI32 + 2 * k.rows_touched * C * kBf16 + (rope ? 0 : 2 * T * C * kBf16),
+        (rope ? 1 : 2) * N * C);
+}
+
+// The optimizer step's kernels (src/train/trainer.cpp train_step), over P parameters in
+// `tensors` tensors.
+void add_optimizer_step(KernelCostRows& k, double P, size_t tensors, Precision precision) {
+  using KP = KernelPhase;
+  k.add("zero gradients", KP::step, 1, P * kBf16, 0);
+  k.add("sum_squares gradients", KP::step, 1, P * kBf16, 2 * P);
+  k.add("scale gradients (clipping)", KP::step, 1, 2 * P * kBf16, P);
+  k.add(fmt::format("optimizer_step {}", precision_name(precision)), KP::step, int64_t(tensors),
+        P * optimizer_bytes_per_parameter(precision) / double(tensors),
+        P * optimizer_flops_per_parameter(precision) / double(tensors));
+}
+
+}  // namespace
+
 std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Precision precision) {
   const std::vector<ParameterInfo> table = gpt_parameter_table(model, 1);  // validates
   COLLAGE_CHECK(B >= 1 && T >= 1,
                 "kernel costs: micro-batch {} and sequence length {} must be >= 1", B, T);
-  const double N = double(B) * T, C = model.hidden_size, F = model.ffn(), V = model.vocab_size,
-               Vp = model.padded_vocab(1), NH = model.n_head, HS = model.head_size();
-  const int64_t L = model.n_layer;
-  const bool rope = model.position_embedding == "rope";
   const double P = double(table.back().offset + table.back().numel);
-  // Rows of the embedding a micro-batch touches: one per distinct token, at most min(N, V).
-  const double rows_touched = std::min(N, V);
-  // Causal attention: query i sees keys 0..i, T(T+1)/2 (query, key) pairs per (b, head); a
-  // GEMM-equivalent over them (q·k, or a weighted sum of HS-vectors) is 2·HS FLOPs a pair.
-  const double attention_gemm = B * NH * (T * (T + 1.0) / 2) * 2 * HS;
-  // Head sizes 64 and 128 run attention on tensor cores (kernels/flash_attention.cu), others on
-  // the fp32 pipe (the SIMT kernels of kernels/attention.cu).
-  const bool attention_on_tensor_cores = HS == 64 || HS == 128;
-
-  using KP = KernelPhase;
-  std::vector<KernelCost> rows;
-  auto add = [&](std::string name, KP phase, int64_t calls, double bytes_per_call,
-                 double flops_per_call, bool tensor_cores = false, bool attention = false) {
-    rows.push_back({std::move(name), phase, calls, bytes_per_call * calls, flops_per_call * calls,
-                    tensor_cores, attention});
-  };
-  // matmul_forward: out (N, OC) = inp (N, K)·Wᵀ + bias. 2·N·K·OC; the bias epilogue's adds
-  // are not counted (1/K of the GEMM).
-  auto matmul_forward = [&](std::string name, int64_t calls, double K, double OC, bool bias) {
-    add("matmul_forward " + name, KP::forward, calls,
-        (N * K + OC * K + (bias ? OC : 0) + N * OC) * kBf16, 2 * N * K * OC, true);
-  };
-  // matmul_backward: dinp (N, K) += dout·W, dweight (OC, K) += doutᵀ·inp, dbias += Σ dout:
-  // dout, inp, W read; dinp, dweight, dbias read and written (they accumulate). 2 GEMMs.
-  auto matmul_backward = [&](std::string name, int64_t calls, double K, double OC, bool bias) {
-    add("matmul_backward " + name, KP::backward, calls,
-        (N * OC + N * K + OC * K + 2 * N * K + 2 * OC * K + (bias ? 2 * OC : 0)) * kBf16,
-        4 * N * K * OC, true);
-  };
-  const double layernorm_stats = 2 * N * kF32;  // mean, rstd (fp32), written or read
-  // layernorm_backward: dout, inp, weight, mean, rstd read; dinp, dweight, dbias accumulate.
-  auto layernorm_backward = [&](std::string name, int64_t calls) {
-    add("layernorm_backward " + name, KP::backward, calls,
-        (N * C + N * C + C + 2 * N * C + 4 * C) * kBf16 + layernorm_stats,
-        kLayernormBackwardFlops * N * C);
-  };
-  const double rope_table_bytes = 2 * T * (HS / 2) * kF32;  // cos, sin (T, HS/2)
-
-  // ---- forward (src/model/gpt.cpp GptT::forward) ----
-  add("embedding_forward", KP::forward, 1,
-      N * kI32 + rows_touched * C * kBf16 + (rope ? 0 : T * C * kBf16) + N * C * kBf16,
-      rope ? 0 : N * C);
-  add("layernorm_forward ln_1 of layer 0", KP::forward, 1,
-      (2 * N * C + 2 * C) * kBf16 + layernorm_stats, kLayernormForwardFlops * N * C);
-  matmul_forward("qkv", L, C, 3 * C, true);
-  if (rope) {
-    add("rope_forward", KP::forward, L, 2 * N * 3 * C * kBf16 + rope_table_bytes,
-        kRopeForwardFlops * N * 2 * C);
-  }
-  add("attention_forward", KP::forward, L, (N * 3 * C + N * C) * kBf16 + N * NH * kF32,
-      2 * attention_gemm, attention_on_tensor_cores, true);
-  matmul_forward("proj", L, C, C, true);
-  // residual = a + b, out = layernorm(residual): a, b, weight, bias read; residual, out, stats
-  // written.
-  const double residual_layernorm_bytes = (4 * N * C + 2 * C) * kBf16 + layernorm_stats;
-  const double residual_layernorm_flops = (1 + kLayernormForwardFlops) * N * C;
-  add("residual_layernorm_forward ln_2", KP::forward, L, residual_layernorm_bytes,
-      residual_layernorm_flops);
-  matmul_forward("fc1", L, C, F, true);
-  add("gelu_forward", KP::forward, L, 2 * N * F * kBf16, kGeluFlops * N * F);
-  matmul_forward("fc2", L, F, C, true);
-  add("residual_layernorm_forward next ln_1 / ln_f", KP::forward, L, residual_layernorm_bytes,
-      residual_layernorm_flops);
-  matmul_forward("head", 1, C, Vp, false);
-  // Only the V real columns of each logit row are read; losses and lse (N) fp32 written.
-  add("cross_entropy_forward", KP::forward, 1, N * V * kBf16 + N * kI32 + 2 * N * kF32,
-      kCrossEntropyForwardFlops * N * V);
-  add("sum losses", KP::forward, 1, N * kF32, N);
-
-  // ---- backward (GptT::backward); the zeroed gradients are memsets ----
-  add("zero dlnf", KP::backward, 1, N * C * kBf16, 0);
-  add("zero dresidual", KP::backward, 1, N * C * kBf16, 0);
-  // Each layer's gradients (GptLayerGradients), zeroed before the layer's backward.
-  add("zero dfch_gelu, dfch", KP::backward, 2 * L, N * F * kBf16, 0);
-  add("zero dln2, datty, dln1", KP::backward, 3 * L, N * C * kBf16, 0);
-  add(rope ? "zero dqkv_rope, dqkv" : "zero dqkv", KP::backward, (rope ? 2 : 1) * L,
-      N * 3 * C * kBf16, 0);
-  // logits (V real columns), targets and the forward's lse read; all of dlogits written.
-  add("cross_entropy_shard_backward", KP::backward, 1,
-      N * V * kBf16 + N * Vp * kBf16 + N * kI32 + N * kF32, kCrossEntropyBackwardFlops * N * V);
-  matmul_backward("head", 1, C, Vp, false);
-  layernorm_backward("ln_f", 1);
-  matmul_backward("fc2", L, F, C, true);
-  add("gelu_backward", KP::backward, L, 4 * N * F * kBf16, kGeluBackwardFlops * N * F);
-  matmul_backward("fc1", L, C, F, true);
-  layernorm_backward("ln_2", L);
-  matmul_backward("proj", L, C, C, true);
-  // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv read and written.
-  add("attention_backward", KP::backward, L,
-      (N * C + N * C + N * 3 * C + 2 * N * 3 * C) * kBf16 + N * NH * kF32, 5 * attention_gemm,
-      attention_on_tensor_cores, true);
-  if (rope) {
-    add("rope_backward", KP::backward, L, 3 * N * 3 * C * kBf16 + rope_table_bytes,
-        kRopeBackwardFlops * N * 2 * C + N * C);
-  }
-  matmul_backward("qkv", L, C, 3 * C, true);
-  layernorm_backward("ln_1", L);
-  // dout and tokens read; the touched dwte rows (and dwpe) read and written; each row's
-  // gradients are summed in fp32 and added once (N·C adds for dwte, N·C for dwpe).
-  add("embedding_backward", KP::backward, 1,
-      N * C * kBf16 + N * kI32 + 2 * rows_touched * C * kBf16 + (rope ? 0 : 2 * T * C * kBf16),
-      (rope ? 1 : 2) * N * C);
-
-  // ---- the optimizer step (src/train/trainer.cpp) ----
-  add("zero gradients", KP::step, 1, P * kBf16, 0);
-  add("sum_squares gradients", KP::step, 1, P * kBf16, 2 * P);
-  add("scale gradients (clipping)", KP::step, 1, 2 * P * kBf16, P);
-  add(fmt::format("optimizer_step {}", precision_name(precision)), KP::step, int64_t(table.size()),
-      P * optimizer_bytes_per_parameter(precision) / double(table.size()),
-      P * optimizer_flops_per_parameter(precision) / double(table.size()));
-  return rows;
+  KernelCostRows k(model, B, T);
+  add_forward(k);
+  add_backward(k);
+  add_optimizer_step(k, P, table.size(), precision);
+  return std::move(k.rows);
 }
 
 double lower_bound_seconds(const KernelCost& row, const GpuPeaks& gpu) {
@@ -273,8 +319,11 @@ double lower_bound_seconds(const KernelCost& row, const GpuPeaks& gpu) {
   return std::max(row.bytes / gpu.bandwidth, row.flops / peak);
 }
 
-std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tokens_per_micro_batch,
-                                int micro_batches, const std::vector<GpuPeaks>& gpus) {
+namespace {
+
+// The table: a header, then each phase's rows and its total. Returns the phases' totals.
+std::string phase_tables(const std::vector<KernelCost>& rows, const std::vector<GpuPeaks>& gpus,
+                         std::vector<Totals>& totals) {
   std::string out = "| kernel | calls | MB | GFLOP | FLOP/B | pipe |";
   std::string rule = "|---|---:|---:|---:|---:|---|";
   for (const GpuPeaks& g : gpus) out += " " + g.name + " µs |", rule += "---:|";
@@ -284,7 +333,6 @@ std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tok
     for (size_t g = 0; g < gpus.size(); g++) s += " |";
     return s;
   }();
-  std::vector<Totals> totals;
   for (KernelPhase phase : {KernelPhase::forward, KernelPhase::backward, KernelPhase::step}) {
     out += fmt::format("| **{}** | | | | | |{}\n", phase_title(phase), blank_times);
     for (const KernelCost& r : rows) {
@@ -299,7 +347,15 @@ std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tok
                      t.seconds);
     totals.push_back(t);
   }
-  // The step: every micro-batch's forward and backward, then the optimizer step.
+  return out;
+}
+
+// The step's bound on each GPU: every micro-batch's forward and backward, then the optimizer
+// step, and the shares of the GEMMs and of attention.
+std::string step_bounds(const std::vector<KernelCost>& rows, const std::vector<Totals>& totals,
+                        int64_t tokens_per_micro_batch, int micro_batches,
+                        const std::vector<GpuPeaks>& gpus) {
+  std::string out;
   const Totals &fwd = totals[0], &bwd = totals[1], &opt = totals[2];
   std::vector<double> step_seconds;
   for (size_t g = 0; g < gpus.size(); g++)
@@ -337,7 +393,12 @@ std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tok
         gpus[g].name, step * 1e3, tokens_per_step / step, 100 * gemm / step, 100 * attention / step,
         100 * (step - gemm - attention) / step, with_tensor_cores);
   }
-  out += fmt::format(
+  return out;
+}
+
+// The peaks the bounds are priced at, and what a row's bound means.
+std::string peaks_note(const std::vector<GpuPeaks>& gpus) {
+  return fmt::format(
       "\nPeaks: {}. A row's bound is max(bytes / bandwidth, FLOPs / peak) summed over its "
       "calls (a row is compute-bound when its FLOP/B exceeds peak / bandwidth); kernels run one "
       "after another on one stream. Launch latency, tails, host waits, the token uploads (8 "
@@ -354,32 +415,45 @@ std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tok
         }
         return s;
       }());
-  out +=
-      "Bytes are the minimum an op must move: each input read once, each output written once, "
-      "accumulating outputs (every gradient, backend.h) read and written; bf16 2 B, fp32 "
-      "statistics, losses and tokens 4 B; the embedding touches one row per distinct token "
-      "(counted as min(tokens, vocab)); cross-entropy reads only the real vocab columns. MB = "
-      "1e6 bytes, GFLOP = 1e9 FLOPs, all calls of a row together.\n"
-      "FLOPs: GEMMs 2·M·N·K (bias and accumulation epilogues not counted); elementwise ops per "
-      "element as in src/numerics/elementwise_math.h (exp_approx 22, GELU 30, GELU backward "
-      "42), layernorm 7 forward (8 with the residual add) and 14 backward, cross-entropy 25 per "
-      "logit forward and 50 backward (it recomputes the log-sum-exp: the forward saves only the "
-      "losses), rope 3 and 4 per rotated element; an fma counts 2. Optimizer per parameter "
-      "(src/numerics/collage_math.h, torch order): 15 FLOPs for fp32-master/bf16/stochastic, 21 "
-      "collage-light, 36 collage-plus, 18 kahan, and bytes per parameter 28 fp32-master "
-      "(reads g, master, m, v; writes master, m, v, θ), 14 bf16/stochastic (reads θ, g, m, v; "
-      "writes θ, m, v), 18 collage-light/kahan (+ δθ or the compensation), 22 collage-plus "
-      "(reads θ, g, m, v, δθ, δv; writes θ, m, v, δθ, δv); the EDQ sums are not counted. The "
-      "clipping scale runs only when the gradient norm exceeds optimizer.grad_clip.\n"
-      "Attention: causal, only the T(T+1)/2 visible (query, key) pairs of each head count, and "
-      "flash-style recomputation once: the forward is 2 GEMM-equivalents (q·kᵀ, P·v), the "
-      "backward 5 (q·kᵀ recomputed, dv = Pᵀ·dout, dP = dout·vᵀ, dq = dS·k, dk = dSᵀ·q), "
-      "the softmax's exponentials not counted. Head sizes 64 and 128 are priced at the "
-      "tensor-core peak (kernels/flash_attention.cu), other head sizes at the fp32 peak (the "
-      "SIMT kernels of kernels/attention.cu). Both do more: the backward recomputes the "
-      "probabilities in both its query-major passes (D = Σ P·dP, then dq) and again in its "
-      "key-major pass (dk, dv), q·kᵀ and dout·vᵀ three times each: 9 GEMM-equivalents instead "
-      "of 5 (9/5 of the row's time when compute-bound), and it does not read `out`.\n";
+}
+
+// How bytes, FLOPs and attention are counted.
+constexpr const char* kCountingNote =
+    "Bytes are the minimum an op must move: each input read once, each output written once, "
+    "accumulating outputs (every gradient, backend.h) read and written; bf16 2 B, fp32 "
+    "statistics, losses and tokens 4 B; the embedding touches one row per distinct token "
+    "(counted as min(tokens, vocab)); cross-entropy reads only the real vocab columns. MB = "
+    "1e6 bytes, GFLOP = 1e9 FLOPs, all calls of a row together.\n"
+    "FLOPs: GEMMs 2·M·N·K (bias and accumulation epilogues not counted); elementwise ops per "
+    "element as in src/numerics/elementwise_math.h (exp_approx 22, GELU 30, GELU backward "
+    "42), layernorm 7 forward (8 with the residual add) and 14 backward, cross-entropy 25 per "
+    "logit forward and 50 backward (it recomputes the log-sum-exp: the forward saves only the "
+    "losses), rope 3 and 4 per rotated element; an fma counts 2. Optimizer per parameter "
+    "(src/numerics/collage_math.h, torch order): 15 FLOPs for fp32-master/bf16/stochastic, 21 "
+    "collage-light, 36 collage-plus, 18 kahan, and bytes per parameter 28 fp32-master "
+    "(reads g, master, m, v; writes master, m, v, θ), 14 bf16/stochastic (reads θ, g, m, v; "
+    "writes θ, m, v), 18 collage-light/kahan (+ δθ or the compensation), 22 collage-plus "
+    "(reads θ, g, m, v, δθ, δv; writes θ, m, v, δθ, δv); the EDQ sums are not counted. The "
+    "clipping scale runs only when the gradient norm exceeds optimizer.grad_clip.\n"
+    "Attention: causal, only the T(T+1)/2 visible (query, key) pairs of each head count, and "
+    "flash-style recomputation once: the forward is 2 GEMM-equivalents (q·kᵀ, P·v), the "
+    "backward 5 (q·kᵀ recomputed, dv = Pᵀ·dout, dP = dout·vᵀ, dq = dS·k, dk = dSᵀ·q), "
+    "the softmax's exponentials not counted. Head sizes 64 and 128 are priced at the "
+    "tensor-core peak (kernels/flash_attention.cu), other head sizes at the fp32 peak (the "
+    "SIMT kernels of kernels/attention.cu). Both do more: the backward recomputes the "
+    "probabilities in both its query-major passes (D = Σ P·dP, then dq) and again in its "
+    "key-major pass (dk, dv), q·kᵀ and dout·vᵀ three times each: 9 GEMM-equivalents instead "
+    "of 5 (9/5 of the row's time when compute-bound), and it does not read `out`.\n";
+
+}  // namespace
+
+std::string format_kernel_costs(const std::vector<KernelCost>& rows, int64_t tokens_per_micro_batch,
+                                int micro_batches, const std::vector<GpuPeaks>& gpus) {
+  std::vector<Totals> totals;
+  std::string out = phase_tables(rows, gpus, totals);
+  out += step_bounds(rows, totals, tokens_per_micro_batch, micro_batches, gpus);
+  out += peaks_note(gpus);
+  out += kCountingNote;
   return out;
 }
 

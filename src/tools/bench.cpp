@@ -182,10 +182,75 @@ class EncoderStep final : public BenchStep {
   uint64_t index_ = 0;  // the dropout stream's sample index
 };
 
+// warmup_steps untimed steps, then `steps` timed ones: the mean forward, backward and
+// optimizer times, and per step the launches, host waits and (with --profile) op families.
+void time_steps(BenchStep& step, Optimizer& optimizer, Backend& backend, const Config& config,
+                const BenchOptions& options, BenchResult& r) {
+  auto comm = make_single_comm();
+  Backend::Counters before;
+  for (int s = 0; s < options.warmup_steps + options.steps; s++) {
+    const bool timed = s >= options.warmup_steps;
+    if (s == options.warmup_steps) {
+      before = backend.counters();
+      if (options.profile) backend.start_profile();  // nothing recorded before or without
+    }
+    step.model().zero_gradients();
+    auto start = Clock::now();
+    step.forward();
+    backend.synchronize();
+    const double fwd = ms_since(start);
+    start = Clock::now();
+    step.backward();
+    backend.synchronize();
+    const double bwd = ms_since(start);
+    start = Clock::now();
+    optimizer.step(s + 1, learning_rate(config.optimizer, s + 1), *comm);  // EDQ as configured
+    backend.synchronize();
+    const double opt = ms_since(start);
+    if (timed) {
+      r.forward_ms += fwd / options.steps;
+      r.backward_ms += bwd / options.steps;
+      r.optimizer_ms += opt / options.steps;
+    }
+  }
+  const Backend::Counters after = backend.counters();
+  for (OpFamilyTime family : backend.stop_profile()) {
+    family.ms /= options.steps;
+    family.launches /= options.steps;
+    r.profile.push_back(family);
+  }
+  r.launches_per_step = double(after.launches - before.launches) / options.steps;
+  r.synchronizations_per_step =
+      double(after.synchronizations - before.synchronizations) / options.steps;
+}
+
+// What the step time means: tokens/s, the optimizer's bandwidth, model FLOP/s against the
+// device's peak (model_flops.h).
+void add_rates(const Config& config, int64_t num_parameters, BenchResult& r) {
+  const int B = r.micro_batch, T = r.seq_len;
+  r.step_ms = r.forward_ms + r.backward_ms + r.optimizer_ms;
+  r.optimizer_gb = optimizer_bytes_per_parameter(config.optimizer.precision) * num_parameters / 1e9;
+  r.tokens_per_s = B * T / (r.step_ms / 1e3);
+  r.model_gflop = model_flops(config).per_sequence() * B / 1e9;
+  r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
+  const DevicePeak peak = backend_peak(r.backend, config.parallel.threads, 0);
+  r.peak_gflops = peak.flops / 1e9;
+  r.peak_source = peak.source;
+}
+
+// The cpu backend's yardstick: the step's GEMMs as fp32 sgemm.
+void add_sgemm_baseline(const Config& config, const BenchOptions& options, BenchResult& r) {
+  const int threads = config.parallel.threads > 0 ? config.parallel.threads : omp_get_max_threads();
+  const std::vector<Gemm> gemms = step_gemms(config, r.micro_batch, r.seq_len);
+  double gemm_flops = 0;
+  for (const Gemm& g : gemms) gemm_flops += g.flops();
+  r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps), threads);
+  r.sgemm_gflops = gemm_flops / 1e9 / (r.sgemm_ms / 1e3);
+}
+
 }  // namespace
 
 BenchResult run_bench(const Config& config, const BenchOptions& options) {
-  const int B = config.training.micro_batch_size, T = config.data.seq_len;
   check_single_process(config, "bench");
   const BackendChoice choice = choose_backend(config.parallel.backend);
   auto backend = make_backend(choice.name, config.parallel.threads, 0, config.parallel.cpu_gemm);
@@ -203,67 +268,16 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   Optimizer optimizer(config.optimizer, *backend, spans, model.parameter_memory(),
                       model.gradient_memory(), model.num_parameters(),
                       {stochastic_rounding_seed(config.training.seed), {}});
-  auto comm = make_single_comm();
 
   BenchResult r;
-  r.micro_batch = B;
-  r.seq_len = T;
+  r.micro_batch = config.training.micro_batch_size;
+  r.seq_len = config.data.seq_len;
   r.backend = choice.name;
   r.backend_reason = choice.reason;
   r.gemm_engine = backend->gemm_engine();
-  Backend::Counters before;
-  for (int s = 0; s < options.warmup_steps + options.steps; s++) {
-    const bool timed = s >= options.warmup_steps;
-    if (s == options.warmup_steps) {
-      before = backend->counters();
-      if (options.profile) backend->start_profile();  // nothing recorded before or without
-    }
-    model.zero_gradients();
-    auto start = Clock::now();
-    step->forward();
-    backend->synchronize();
-    const double fwd = ms_since(start);
-    start = Clock::now();
-    step->backward();
-    backend->synchronize();
-    const double bwd = ms_since(start);
-    start = Clock::now();
-    optimizer.step(s + 1, learning_rate(config.optimizer, s + 1), *comm);  // EDQ as configured
-    backend->synchronize();
-    const double opt = ms_since(start);
-    if (timed) {
-      r.forward_ms += fwd / options.steps;
-      r.backward_ms += bwd / options.steps;
-      r.optimizer_ms += opt / options.steps;
-    }
-  }
-  const Backend::Counters after = backend->counters();
-  for (OpFamilyTime family : backend->stop_profile()) {
-    family.ms /= options.steps;
-    family.launches /= options.steps;
-    r.profile.push_back(family);
-  }
-  r.launches_per_step = double(after.launches - before.launches) / options.steps;
-  r.synchronizations_per_step =
-      double(after.synchronizations - before.synchronizations) / options.steps;
-  r.step_ms = r.forward_ms + r.backward_ms + r.optimizer_ms;
-  r.optimizer_gb =
-      optimizer_bytes_per_parameter(config.optimizer.precision) * model.num_parameters() / 1e9;
-  r.tokens_per_s = B * T / (r.step_ms / 1e3);
-  r.model_gflop = model_flops(config).per_sequence() * B / 1e9;
-  r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
-  const DevicePeak peak = backend_peak(choice.name, config.parallel.threads, 0);
-  r.peak_gflops = peak.flops / 1e9;
-  r.peak_source = peak.source;
-  if (choice.name == "cpu") {
-    const int threads =
-        config.parallel.threads > 0 ? config.parallel.threads : omp_get_max_threads();
-    const std::vector<Gemm> gemms = step_gemms(config, B, T);
-    double gemm_flops = 0;
-    for (const Gemm& g : gemms) gemm_flops += g.flops();
-    r.sgemm_ms = time_sgemm(gemms, std::max(2, options.steps), threads);
-    r.sgemm_gflops = gemm_flops / 1e9 / (r.sgemm_ms / 1e3);
-  }
+  time_steps(*step, optimizer, *backend, config, options, r);
+  add_rates(config, model.num_parameters(), r);
+  if (choice.name == "cpu") add_sgemm_baseline(config, options, r);
   return r;
 }
 

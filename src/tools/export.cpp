@@ -173,26 +173,14 @@ ExportNamingChoice choose_export_naming(const ModelConfig& config) {
                       config.tie_embeddings ? "" : ": lm_head.weight, tie_word_embeddings false")};
 }
 
-std::vector<SafetensorsTensor> export_tensors(const CheckpointWeights& weights, ExportNaming naming,
-                                              const std::string& dtype) {
-  safetensors_dtype_size(dtype);  // a known name
-  COLLAGE_CHECK(dtype == "BF16" || dtype == "F32", "export dtype '{}': expected BF16 or F32",
-                dtype);
-  std::map<std::string, const ParameterInfo*> by_name;
-  for (const ParameterInfo& info : weights.table) {
-    COLLAGE_CHECK(info.offset + info.numel <= int64_t(weights.values.size()),
-                  "{}: parameter '{}' lies outside the {} values read", weights.path, info.name,
-                  weights.values.size());
-    by_name[info.name] = &info;
-  }
-  std::vector<SafetensorsTensor> out;
-  if (naming == ExportNaming::collage) {
-    for (const ParameterInfo& info : weights.table)
-      out.push_back({info.name, dtype, info.full_shape,
-                     encode(weights.values.data() + info.offset, info.numel, dtype)});
-    return out;
-  }
+namespace {
 
+// The GPT's tensors under Hugging Face GPT-2's names: the linear weights transposed to
+// Conv1D's (in, out), the vocabulary without its padding rows.
+std::vector<SafetensorsTensor> hf_gpt2_tensors(
+    const CheckpointWeights& weights, const std::map<std::string, const ParameterInfo*>& by_name,
+    const std::string& dtype) {
+  std::vector<SafetensorsTensor> out;
   const ModelConfig& c = weights.config.model;
   COLLAGE_CHECK(choose_export_naming(c).naming == ExportNaming::hf_gpt2,
                 "{}: {}: no Hugging Face GPT-2 names", weights.path,
@@ -257,6 +245,28 @@ std::vector<SafetensorsTensor> export_tensors(const CheckpointWeights& weights, 
   return out;
 }
 
+}  // namespace
+
+std::vector<SafetensorsTensor> export_tensors(const CheckpointWeights& weights, ExportNaming naming,
+                                              const std::string& dtype) {
+  safetensors_dtype_size(dtype);  // a known name
+  COLLAGE_CHECK(dtype == "BF16" || dtype == "F32", "export dtype '{}': expected BF16 or F32",
+                dtype);
+  std::map<std::string, const ParameterInfo*> by_name;
+  for (const ParameterInfo& info : weights.table) {
+    COLLAGE_CHECK(info.offset + info.numel <= int64_t(weights.values.size()),
+                  "{}: parameter '{}' lies outside the {} values read", weights.path, info.name,
+                  weights.values.size());
+    by_name[info.name] = &info;
+  }
+  if (naming == ExportNaming::hf_gpt2) return hf_gpt2_tensors(weights, by_name, dtype);
+  std::vector<SafetensorsTensor> out;
+  for (const ParameterInfo& info : weights.table)
+    out.push_back({info.name, dtype, info.full_shape,
+                   encode(weights.values.data() + info.offset, info.numel, dtype)});
+  return out;
+}
+
 nlohmann::ordered_json hf_gpt2_config(const ModelConfig& c, const std::string& torch_dtype) {
   const bool gpt2_vocab = c.vocab_size == kGpt2VocabSize;
   nlohmann::ordered_json j;
@@ -297,152 +307,205 @@ const std::vector<std::string>& export_file_names() {
   return names;
 }
 
-ExportResult export_checkpoint(const ExportOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  COLLAGE_CHECK(options.dtype == "bfloat16" || options.dtype == "float32",
-                "--dtype: '{}' is not bfloat16 or float32", options.dtype);
-  const std::string dtype = options.dtype == "bfloat16" ? "BF16" : "F32";
-  const fs::path dir = export_directory(options.output);
-  const fs::path shown = (fs::path(options.output) / "x").parent_path();  // for messages
-  // The directory first: refused before any work.
+namespace {
+
+// Where an export goes: DIR, and how it is named in messages (as given, without a trailing '/').
+struct ExportTarget {
+  fs::path dir;
+  fs::path shown;
   bool replace_whole = true;  // DIR missing or empty: the staging directory becomes it
+};
+
+// The directory first: refused before any work when it is a file, or not empty without --force.
+ExportTarget check_export_target(const ExportOptions& options) {
+  ExportTarget target;
+  target.dir = export_directory(options.output);
+  target.shown = (fs::path(options.output) / "x").parent_path();
   std::error_code ec;
-  if (fs::exists(dir, ec)) {
-    COLLAGE_CHECK(fs::is_directory(dir, ec), "{}: --output exists and is not a directory",
-                  shown.string());
-    if (!fs::is_empty(dir, ec)) {
+  if (fs::exists(target.dir, ec)) {
+    COLLAGE_CHECK(fs::is_directory(target.dir, ec), "{}: --output exists and is not a directory",
+                  target.shown.string());
+    if (!fs::is_empty(target.dir, ec)) {
       COLLAGE_CHECK(options.force,
                     "{}: --output is not empty (it holds {}); choose a new directory, or pass "
                     "--force to write the export's files into it (replacing an earlier export)",
-                    shown.string(), describe_entries(dir));
-      replace_whole = false;
+                    target.shown.string(), describe_entries(target.dir));
+      target.replace_whole = false;
     }
   }
-  COLLAGE_CHECK(fs::exists(options.checkpoint, ec), "{}: no such checkpoint file or directory",
-                options.checkpoint);
-  // The staging directory beside DIR (the same file system, so renames are atomic); parent
-  // directories made for it are removed again when the export fails.
+  return target;
+}
+
+// The staging directory beside DIR (the same file system, so renames are atomic).
+struct Staging {
+  fs::path path;
+  fs::path created;  // the outermost parent directory this export created, if any
+};
+
+// Creates the staging directory (and DIR's parents), empty.
+Staging make_staging_directory(const fs::path& dir) {
+  Staging staging;
   const fs::path parent = dir.parent_path();
-  fs::path created;  // the outermost directory this export created, if any
-  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) created = p;
+  std::error_code ec;
+  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path())
+    staging.created = p;
   try {
     fs::create_directories(parent);
   } catch (const fs::filesystem_error& e) {
     fail("{}: cannot create the directory of --output: {}", parent.string(), e.code().message());
   }
-  const fs::path staging =
-      parent / fmt::format(".{}.export-{}.tmp", dir.filename().string(), ::getpid());
-  fs::remove_all(staging, ec);
+  staging.path = parent / fmt::format(".{}.export-{}.tmp", dir.filename().string(), ::getpid());
+  fs::remove_all(staging.path, ec);
   try {
-    fs::create_directory(staging);
+    fs::create_directory(staging.path);
   } catch (const fs::filesystem_error& e) {
-    fail("{}: cannot create a directory beside --output: {}", staging.string(), e.code().message());
+    fail("{}: cannot create a directory beside --output: {}", staging.path.string(),
+         e.code().message());
   }
+  return staging;
+}
 
+// model.safetensors (its metadata: the version, step, precision, naming and config) and, for
+// hf-gpt2 names, config.json.
+void write_model_files(const fs::path& staging, const CheckpointWeights& weights,
+                       const std::string& dtype, const std::string& torch_dtype,
+                       ExportResult& result) {
+  const std::vector<SafetensorsTensor> tensors = export_tensors(weights, result.naming, dtype);
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"},
+      {"collage_version", fmt::format("{} ({})", COLLAGE_VERSION, COLLAGE_GIT)},
+      {"step", std::to_string(weights.step)},
+      {"precision", weights.precision},
+      {"naming", export_naming_name(result.naming)},
+      {"collage_config", config_to_yaml(weights.config)}};
+  result.safetensors_bytes =
+      write_safetensors((staging / kSafetensors).string(), tensors, metadata);
+  result.tensors = int64_t(tensors.size());
+  result.files.push_back(kSafetensors);
+  if (result.naming == ExportNaming::hf_gpt2) {
+    write_file_synced((staging / "config.json").string(),
+                      hf_gpt2_config(weights.config.model, torch_dtype).dump(2) + "\n");
+    result.files.push_back("config.json");
+  }
+}
+
+// The tokenizer the model was trained with, when its files are where the config says
+// (relative paths: from the current directory, as when training); with hf-gpt2 names, its
+// tokenizer_config.json too.
+void copy_tokenizer_files(const fs::path& staging, const Config& config, ExportResult& result) {
+  const DataConfig& data = config.data;
+  struct TokenizerFile {
+    const char* key;
+    std::string source;
+    const char* name;  // in DIR
+  };
+  std::vector<TokenizerFile> tokenizer;
+  if (!is_encoder(config.model)) {
+    tokenizer = {{"data.vocab_file", data.vocab_file, "vocab.json"},
+                 {"data.merges_file", data.merges_file, "merges.txt"}};
+  } else {
+    tokenizer = {{"data.vocab_file", data.vocab_file, "vocab.txt"}};
+  }
+  std::error_code ec;
+  std::vector<std::string> missing, copied;
+  for (const TokenizerFile& t : tokenizer)
+    if (t.source.empty())
+      missing.push_back(fmt::format("{} is not set", t.key));
+    else if (!fs::is_regular_file(t.source, ec))
+      missing.push_back(fmt::format("{} {} is not found", t.key, t.source));
+  if (!missing.empty()) {
+    spdlog::info("export: no tokenizer files: the checkpoint's {}", fmt::join(missing, ", "));
+    return;
+  }
+  for (const TokenizerFile& t : tokenizer) {
+    write_file_synced((staging / t.name).string(), read_file(t.source));
+    result.files.push_back(t.name);
+    copied.push_back(fmt::format("{} -> {}", t.source, t.name));
+  }
+  if (result.naming == ExportNaming::hf_gpt2) {
+    nlohmann::ordered_json tokenizer_config;
+    tokenizer_config["model_max_length"] = config.model.max_position_embeddings;
+    write_file_synced((staging / "tokenizer_config.json").string(),
+                      tokenizer_config.dump(2) + "\n");
+    result.files.push_back("tokenizer_config.json");
+  }
+  spdlog::info("export: the tokenizer of the checkpoint's config: {}", fmt::join(copied, ", "));
+}
+
+// The staged files into DIR: one rename of the whole directory, or (--force into a non-empty
+// DIR) one rename per file, removing the files of an earlier export that this one lacks.
+void commit_export(const ExportTarget& target, const fs::path& staging,
+                   const ExportResult& result) {
+  std::error_code ec;
+  const fs::path& dir = target.dir;
+  if (target.replace_whole) {
+    fs::remove(dir, ec);  // an empty directory, or nothing
+    if (std::rename(staging.c_str(), dir.c_str()) != 0)
+      fail("{}: cannot rename {} to it: {}", target.shown.string(), staging.string(),
+           std::strerror(errno));
+    fsync_directory(dir.parent_path());
+    return;
+  }
+  for (const std::string& name : result.files)
+    if (std::rename((staging / name).c_str(), (dir / name).c_str()) != 0)
+      fail("{}: cannot rename {} into it: {}", target.shown.string(), (staging / name).string(),
+           std::strerror(errno));
+  for (const std::string& name : export_file_names())
+    if (std::find(result.files.begin(), result.files.end(), name) == result.files.end() &&
+        fs::remove(dir / name, ec))
+      spdlog::info("export: removed {} of an earlier export", (target.shown / name).string());
+  fs::remove_all(staging, ec);
+  fsync_directory(dir);
+}
+
+// Reads the checkpoint, chooses the names, and writes every file of the export into `staging`.
+void write_export(const ExportOptions& options, const std::string& dtype, const fs::path& staging,
+                  ExportResult& result) {
+  const CheckpointWeights weights = read_checkpoint_weights(options.checkpoint);
+  const ModelConfig& m = weights.config.model;
+  result.step = weights.step;
+  spdlog::info("export: {} (step {}, {}): {}, {} layers, hidden {}, vocab {}: {} parameters",
+               weights.path, weights.step, weights.precision, m.arch, m.n_layer, m.hidden_size,
+               m.vocab_size, weights.values.size());
+  const ExportNamingChoice choice = choose_export_naming(m);
+  result.naming = choice.naming;
+  result.reason = choice.reason;
+  spdlog::info("export: {} names: {}", export_naming_name(choice.naming), choice.reason);
+  write_model_files(staging, weights, dtype, options.dtype, result);
+  copy_tokenizer_files(staging, weights.config, result);
+}
+
+}  // namespace
+
+ExportResult export_checkpoint(const ExportOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  COLLAGE_CHECK(options.dtype == "bfloat16" || options.dtype == "float32",
+                "--dtype: '{}' is not bfloat16 or float32", options.dtype);
+  const std::string dtype = options.dtype == "bfloat16" ? "BF16" : "F32";
+  const ExportTarget target = check_export_target(options);
+  std::error_code ec;
+  COLLAGE_CHECK(fs::exists(options.checkpoint, ec), "{}: no such checkpoint file or directory",
+                options.checkpoint);
+  const Staging staging = make_staging_directory(target.dir);
   ExportResult result;
-  result.directory = dir.string();
+  result.directory = target.dir.string();
   try {
-    const CheckpointWeights weights = read_checkpoint_weights(options.checkpoint);
-    const ModelConfig& m = weights.config.model;
-    result.step = weights.step;
-    spdlog::info("export: {} (step {}, {}): {}, {} layers, hidden {}, vocab {}: {} parameters",
-                 weights.path, weights.step, weights.precision, m.arch, m.n_layer, m.hidden_size,
-                 m.vocab_size, weights.values.size());
-    const ExportNamingChoice choice = choose_export_naming(m);
-    result.naming = choice.naming;
-    result.reason = choice.reason;
-    spdlog::info("export: {} names: {}", export_naming_name(choice.naming), choice.reason);
-
-    const std::vector<SafetensorsTensor> tensors = export_tensors(weights, choice.naming, dtype);
-    const std::map<std::string, std::string> metadata = {
-        {"format", "pt"},
-        {"collage_version", fmt::format("{} ({})", COLLAGE_VERSION, COLLAGE_GIT)},
-        {"step", std::to_string(weights.step)},
-        {"precision", weights.precision},
-        {"naming", export_naming_name(choice.naming)},
-        {"collage_config", config_to_yaml(weights.config)}};
-    result.safetensors_bytes =
-        write_safetensors((staging / kSafetensors).string(), tensors, metadata);
-    result.tensors = int64_t(tensors.size());
-    result.files.push_back(kSafetensors);
-
-    const bool hf = choice.naming == ExportNaming::hf_gpt2;
-    if (hf) {
-      write_file_synced((staging / "config.json").string(),
-                        hf_gpt2_config(m, options.dtype).dump(2) + "\n");
-      result.files.push_back("config.json");
-    }
-    // The tokenizer the model was trained with, when its files are where the config says
-    // (relative paths: from the current directory, as when training).
-    const DataConfig& data = weights.config.data;
-    struct TokenizerFile {
-      const char* key;
-      std::string source;
-      const char* name;  // in DIR
-    };
-    std::vector<TokenizerFile> tokenizer;
-    if (!is_encoder(m)) {
-      tokenizer = {{"data.vocab_file", data.vocab_file, "vocab.json"},
-                   {"data.merges_file", data.merges_file, "merges.txt"}};
-    } else {
-      tokenizer = {{"data.vocab_file", data.vocab_file, "vocab.txt"}};
-    }
-    std::vector<std::string> missing, copied;
-    for (const TokenizerFile& t : tokenizer)
-      if (t.source.empty())
-        missing.push_back(fmt::format("{} is not set", t.key));
-      else if (!fs::is_regular_file(t.source, ec))
-        missing.push_back(fmt::format("{} {} is not found", t.key, t.source));
-    if (missing.empty()) {
-      for (const TokenizerFile& t : tokenizer) {
-        write_file_synced((staging / t.name).string(), read_file(t.source));
-        result.files.push_back(t.name);
-        copied.push_back(fmt::format("{} -> {}", t.source, t.name));
-      }
-      if (hf) {
-        nlohmann::ordered_json tokenizer_config;
-        tokenizer_config["model_max_length"] = m.max_position_embeddings;
-        write_file_synced((staging / "tokenizer_config.json").string(),
-                          tokenizer_config.dump(2) + "\n");
-        result.files.push_back("tokenizer_config.json");
-      }
-      spdlog::info("export: the tokenizer of the checkpoint's config: {}", fmt::join(copied, ", "));
-    } else {
-      spdlog::info("export: no tokenizer files: the checkpoint's {}", fmt::join(missing, ", "));
-    }
-
-    // Commit.
-    if (replace_whole) {
-      fs::remove(dir, ec);  // an empty directory, or nothing
-      if (std::rename(staging.c_str(), dir.c_str()) != 0)
-        fail("{}: cannot rename {} to it: {}", shown.string(), staging.string(),
-             std::strerror(errno));
-      fsync_directory(parent);
-    } else {
-      for (const std::string& name : result.files)
-        if (std::rename((staging / name).c_str(), (dir / name).c_str()) != 0)
-          fail("{}: cannot rename {} into it: {}", shown.string(), (staging / name).string(),
-               std::strerror(errno));
-      for (const std::string& name : export_file_names())
-        if (std::find(result.files.begin(), result.files.end(), name) == result.files.end() &&
-            fs::remove(dir / name, ec))
-          spdlog::info("export: removed {} of an earlier export", (shown / name).string());
-      fs::remove_all(staging, ec);
-      fsync_directory(dir);
-    }
+    write_export(options, dtype, staging.path, result);
+    commit_export(target, staging.path, result);
   } catch (...) {
-    fs::remove_all(staging, ec);
-    if (!created.empty()) fs::remove_all(created, ec);
+    // A failed export leaves nothing: the staged files, and the parents it created.
+    fs::remove_all(staging.path, ec);
+    if (!staging.created.empty()) fs::remove_all(staging.created, ec);
     throw;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info(
-      "export: wrote {}: {} tensors, {} ({}), and {} in {:.1f} s", (shown / kSafetensors).string(),
-      result.tensors, format_bytes(double(result.safetensors_bytes)), dtype,
-      result.files.size() > 1
-          ? fmt::format("{}", fmt::join(result.files.begin() + 1, result.files.end(), ", "))
-          : std::string("no other file"),
-      result.seconds);
+  spdlog::info("export: wrote {}: {} tensors, {} ({}), and {} in {:.1f} s",
+               (target.shown / kSafetensors).string(), result.tensors,
+               format_bytes(double(result.safetensors_bytes)), dtype,
+               result.files.size() > 1 ? fmt::format("{}", fmt::join(result.files.begin() + 1,
+                                                                     result.files.end(), ", "))
+                                       : std::string("no other file"),
+               result.seconds);
   return result;
 }
 

@@ -135,7 +135,9 @@ GeneratedTokens generate_tokens(GptSampler& sampler, std::vector<int32_t> contex
   return out;
 }
 
-GenerateResult generate_text(const GenerateOptions& options, std::FILE* out) {
+namespace {
+
+void check_generate_options(const GenerateOptions& options) {
   COLLAGE_CHECK(options.max_new_tokens >= 1, "--max-new-tokens: must be >= 1, got {}",
                 options.max_new_tokens);
   COLLAGE_CHECK(options.sampling.temperature >= 0, "--temperature: must be >= 0, got {}",
@@ -144,18 +146,11 @@ GenerateResult generate_text(const GenerateOptions& options, std::FILE* out) {
                 options.sampling.top_k);
   COLLAGE_CHECK(fs::exists(options.checkpoint), "{}: no such checkpoint file or directory",
                 options.checkpoint);
-  GenerateResult result;
-  result.checkpoint = resolve_resume(options.checkpoint, options.checkpoint);
-  const CheckpointInfo info = read_checkpoint_info(result.checkpoint);
-  const Config& config = info.config;
-  result.step = info.step;
-  COLLAGE_CHECK(!is_encoder(config.model),
-                "{}: a {} model (model.arch: {}): collage generate continues text with a GPT "
-                "(a decoder); an encoder fills in masked tokens. Evaluate it with `collage eval "
-                "CONFIG --checkpoint {}`",
-                result.checkpoint, config.model.arch == "bert" ? "BERT" : "RoBERTa",
-                config.model.arch, options.checkpoint);
+}
 
+// The GPT tokenizer (the options' files, else the checkpoint config's); warns when the model
+// has ids the tokenizer lacks (only the tokenizer's are sampled).
+Gpt2Tokenizer load_tokenizer(const GenerateOptions& options, const Config& config) {
   const PrepareOptions defaults;
   const std::string vocab_file =
       tokenizer_file(options.vocab_file, "--vocab-file", config.data.vocab_file, "data.vocab_file",
@@ -163,68 +158,79 @@ GenerateResult generate_text(const GenerateOptions& options, std::FILE* out) {
   const std::string merges_file =
       tokenizer_file(options.merges_file, "--merges-file", config.data.merges_file,
                      "data.merges_file", defaults.merges_file);
-  const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(vocab_file, merges_file);
+  Gpt2Tokenizer tokenizer = Gpt2Tokenizer::load(vocab_file, merges_file);
   const int model_vocab = config.model.vocab_size;
-  const int vocab = std::min(model_vocab, tokenizer.vocab_size());
   if (model_vocab > tokenizer.vocab_size())
     spdlog::warn(
         "model.vocab_size {} is larger than the tokenizer's {} ({}): sampling only "
         "the tokenizer's ids",
         model_vocab, tokenizer.vocab_size(), vocab_file);
+  return tokenizer;
+}
 
-  result.prompt_tokens = tokenizer.encode(options.prompt);
-  if (result.prompt_tokens.empty()) {
-    result.prompt_tokens.push_back(tokenizer.eot_token());
+// The prompt's tokens (<|endoftext|> for an empty prompt), each checked against the model's
+// vocabulary.
+std::vector<int32_t> encode_prompt(const std::string& prompt, const Gpt2Tokenizer& tokenizer,
+                                   int model_vocab) {
+  std::vector<int32_t> tokens = tokenizer.encode(prompt);
+  if (tokens.empty()) {
+    tokens.push_back(tokenizer.eot_token());
     spdlog::info("empty prompt: starting from <|endoftext|> (id {})", tokenizer.eot_token());
   }
-  COLLAGE_CHECK(!options.prompt.empty() || tokenizer.eot_token() < model_vocab,
+  COLLAGE_CHECK(!prompt.empty() || tokenizer.eot_token() < model_vocab,
                 "an empty prompt starts from <|endoftext|> (id {}), which is outside the "
                 "model's vocabulary of {} ids (model.vocab_size): give a --prompt",
                 tokenizer.eot_token(), model_vocab);
-  for (int32_t id : result.prompt_tokens)
+  for (int32_t id : tokens)
     COLLAGE_CHECK(id < model_vocab,
                   "the prompt's token {} ('{}') is outside the model's vocabulary of {} ids "
                   "(model.vocab_size): was it trained on GPT-2 tokens?",
                   id, tokenizer.token_bytes(id), model_vocab);
+  return tokens;
+}
 
-  const int prompt_length = int(result.prompt_tokens.size());
-  const int64_t wanted = int64_t(prompt_length) + options.max_new_tokens;
-  result.window = int(std::min<int64_t>(wanted, config.data.seq_len));
-  if (prompt_length > result.window)
+// The positions the model sees: the prompt and the new tokens, at most data.seq_len (logged
+// when the text outgrows it).
+int model_window(int prompt_length, int max_new_tokens, int seq_len) {
+  const int64_t wanted = int64_t(prompt_length) + max_new_tokens;
+  const int window = int(std::min<int64_t>(wanted, seq_len));
+  if (prompt_length > window)
     spdlog::info(
         "the prompt has {} tokens, more than the model's window of {} (data.seq_len): "
         "the model sees its last {}",
-        prompt_length, result.window, result.window);
-  else if (wanted > result.window)
+        prompt_length, window, window);
+  else if (wanted > window)
     spdlog::info(
         "the text outgrows the model's window of {} tokens (data.seq_len) after {} "
         "new tokens: from then on each token sees the last {}",
-        result.window, result.window - prompt_length, result.window);
+        window, window - prompt_length, window);
+  return window;
+}
 
+// --backend and --threads, else the checkpoint's parallel settings.
+std::unique_ptr<Backend> make_generate_backend(const GenerateOptions& options,
+                                               const Config& config) {
   const BackendChoice choice =
       choose_backend(options.backend.empty() ? config.parallel.backend : options.backend);
-  std::unique_ptr<Backend> backend;
   try {
-    backend =
-        make_backend(choice.name, options.threads >= 0 ? options.threads : config.parallel.threads);
+    return make_backend(choice.name,
+                        options.threads >= 0 ? options.threads : config.parallel.threads);
   } catch (const Error& e) {
     fail("{} ({}; choose another with --backend cpu)", e.what(),
          options.backend.empty() ? "the checkpoint's parallel.backend" : "--backend");
   }
-  GptSampler sampler(config.model, *backend, result.window);
-  load_checkpoint_weights(result.checkpoint, config, *backend, sampler.model());
-  spdlog::info(
-      "model: {} parameters ({} layers, hidden {}), step {} of {}; backend {}; prompt {} "
-      "tokens; sampling {}",
-      sampler.model().num_parameters(), config.model.n_layer, config.model.hidden_size, info.step,
-      result.checkpoint, backend->name(), prompt_length,
-      options.sampling.temperature <= 0
-          ? std::string("greedy")
-          : fmt::format("temperature {:g}, top-k {}, seed {}", options.sampling.temperature,
-                        options.sampling.top_k > 0 ? std::to_string(options.sampling.top_k)
-                                                   : std::string("off"),
-                        options.sampling.seed));
+}
 
+std::string sampling_summary(const SamplingOptions& sampling) {
+  if (sampling.temperature <= 0) return "greedy";
+  return fmt::format("temperature {:g}, top-k {}, seed {}", sampling.temperature,
+                     sampling.top_k > 0 ? std::to_string(sampling.top_k) : std::string("off"),
+                     sampling.seed);
+}
+
+// Writes the prompt, then each new token's text as it comes (flushed), and a newline.
+void generate_and_print(GptSampler& sampler, const Gpt2Tokenizer& tokenizer, int vocab,
+                        const GenerateOptions& options, std::FILE* out, GenerateResult& result) {
   std::fputs(options.prompt.c_str(), out);
   std::fflush(out);
   const auto start = std::chrono::steady_clock::now();
@@ -239,6 +245,39 @@ GenerateResult generate_text(const GenerateOptions& options, std::FILE* out) {
   result.seconds = seconds_since(start);
   std::fputc('\n', out);
   std::fflush(out);
+}
+
+}  // namespace
+
+GenerateResult generate_text(const GenerateOptions& options, std::FILE* out) {
+  check_generate_options(options);
+  GenerateResult result;
+  result.checkpoint = resolve_resume(options.checkpoint, options.checkpoint);
+  const CheckpointInfo info = read_checkpoint_info(result.checkpoint);
+  const Config& config = info.config;
+  result.step = info.step;
+  COLLAGE_CHECK(!is_encoder(config.model),
+                "{}: a {} model (model.arch: {}): collage generate continues text with a GPT "
+                "(a decoder); an encoder fills in masked tokens. Evaluate it with `collage eval "
+                "CONFIG --checkpoint {}`",
+                result.checkpoint, config.model.arch == "bert" ? "BERT" : "RoBERTa",
+                config.model.arch, options.checkpoint);
+  const Gpt2Tokenizer tokenizer = load_tokenizer(options, config);
+  const int vocab = std::min(config.model.vocab_size, tokenizer.vocab_size());
+  result.prompt_tokens = encode_prompt(options.prompt, tokenizer, config.model.vocab_size);
+  const int prompt_length = int(result.prompt_tokens.size());
+  result.window = model_window(prompt_length, options.max_new_tokens, config.data.seq_len);
+
+  const std::unique_ptr<Backend> backend = make_generate_backend(options, config);
+  GptSampler sampler(config.model, *backend, result.window);
+  load_checkpoint_weights(result.checkpoint, config, *backend, sampler.model());
+  spdlog::info(
+      "model: {} parameters ({} layers, hidden {}), step {} of {}; backend {}; prompt {} "
+      "tokens; sampling {}",
+      sampler.model().num_parameters(), config.model.n_layer, config.model.hidden_size, info.step,
+      result.checkpoint, backend->name(), prompt_length, sampling_summary(options.sampling));
+
+  generate_and_print(sampler, tokenizer, vocab, options, out, result);
   const size_t count = result.generated.tokens.size();
   spdlog::info(
       "generated {} token(s) in {:.2f} s: {:.1f} tokens/s ({} forwards of {} "

@@ -15,11 +15,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/resume_plan.h"
 #include "checkpoint/training_checkpoint.h"
 #include "core/error.h"
 #include "dist/backend_choice.h"
@@ -112,19 +114,44 @@ std::string last_good_checkpoint(const Config& config) {
                        : fmt::format("the last good one is {}", found.rbegin()->second);
 }
 
-// Everything a run needs, built once from the config.
+// Everything a run needs, built once from the config (prepare_run() below).
 struct Run {
   const Config& config;
   ParallelRun& parallel;
   const RankLayout& layout;
+  const bool lead;           // world rank 0: logs, metrics, config.yaml
+  std::string backend_name;  // cpu | cuda | cuda-emulated (backend_choice.h)
   std::unique_ptr<Backend> backend;
   std::unique_ptr<TrainingTask> task;  // the data, the model, its loss (training_task.h)
   std::unique_ptr<Optimizer> optimizer;
+  MemoryReport memory;        // what this rank allocated (memory_plan.h)
   TrainingProgress progress;  // step, consumed samples, cumulative EDQ
 
-  Run(const Config& c, ParallelRun& p) : config(c), parallel(p), layout(p.layout()) {}
+  // Recording the steps: metrics.jsonl (world rank 0 only), the model FLOPs (model_flops.h)
+  // against the device's peak, the progress bar.
+  std::unique_ptr<MetricsFile> metrics;
+  ModelFlops flops;
+  double flops_per_step = 0;
+  DevicePeak peak;  // known on world rank 0 only
+  std::optional<ProgressBar> progress_bar;
+
+  // Fault injection for tests/parallel/preemption.py: COLLAGE_TEST_STEP_SECONDS=S makes every
+  // step last at least S seconds (a large model's steps, without its memory or compute).
+  double test_step_seconds = 0;
+
+  Run(const Config& c, ParallelRun& p)
+      : config(c), parallel(p), layout(p.layout()), lead(p.layout().world_rank == 0) {}
 
   TrainableModel& model() { return task->model(); }
+
+  void write_metrics(const nlohmann::json& record) {
+    if (metrics) metrics->write(record);
+  }
+
+  // Model FLOPs per device per second.
+  double device_flop_rate(double step_seconds) const {
+    return flops_per_step / step_seconds / layout.world_size;
+  }
 
   // This rank's part of the parameter memory the optimizer updates: the ZeRO-1 shard, else all.
   ParameterRegion update_region() const {
@@ -204,15 +231,8 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& config, Backend& backend
 }
 
 std::string save(Run& run) {
-  Checkpoint part = make_training_checkpoint(run.config, *run.backend, run.model(), *run.optimizer,
-                                             run.progress, run.layout);
-  const std::string path =
-      run.parallel.multi_rank()
-          ? save_checkpoint_set(checkpoint_dir(run.config), part, run.layout,
-                                run.parallel.host_world(), run.config.checkpoint.keep)
-          : save_checkpoint(checkpoint_dir(run.config), part, run.config.checkpoint.keep);
-  spdlog::info("saved checkpoint {}", path);
-  return path;
+  return save_training_checkpoint(run.config, *run.backend, run.model(), *run.optimizer,
+                                  run.progress, run.layout, run.parallel.host_world());
 }
 
 // " | edq_ratio 0.998 lost 0.1%": the step's EDQ in the step line.
@@ -241,275 +261,340 @@ std::string comm_summary(const RankLayout& layout, int64_t tp_bytes, int64_t dp_
                      format_bytes(double(dp_bytes)));
 }
 
-TrainResult train_ranks(const Config& config, const TrainOptions& options, ParallelRun& parallel) {
-  const RankLayout& layout = parallel.layout();
-  const bool lead = layout.world_rank == 0;  // logs, metrics, config.yaml
-  if (lead) {
+// ---- Preparing the run --------------------------------------------------------------------
+
+// The resolved config (logged, and saved as <logging.dir>/config.yaml), a checkpoint directory
+// that can be written, and this rank's place in the job.
+void log_run_setup(const Run& run) {
+  const Config& config = run.config;
+  if (run.lead) {
     spdlog::info("collage train: resolved config\n{}", config_to_yaml(config));
     std::ofstream(fs::path(config.logging.dir) / "config.yaml") << config_to_yaml(config);
   }
-  Run run(config, parallel);
   ensure_writable_directory(checkpoint_dir(config), config.checkpoint.dir.empty()
                                                         ? "checkpoint.dir (default: "
                                                           "<logging.dir>/checkpoints)"
                                                         : "checkpoint.dir");
-  if (parallel.multi_rank()) {
+  const RankLayout& layout = run.layout;
+  if (run.parallel.multi_rank()) {
     spdlog::info(
         "ranks: {} = tensor-parallel {} x data-parallel {}{} (this is world rank {}: TP "
         "rank {}, DP rank {})",
         layout.world_size, layout.tp, layout.dp, layout.zero ? ", ZeRO-1" : "", layout.world_rank,
         layout.tp_rank, layout.dp_rank);
   }
-  // The run directory and the checkpoint to continue are settled before any data is loaded
-  // or prepared (which may take long): a refused resume or fresh run costs nothing.
-  COLLAGE_CHECK(options.init_from.empty() || options.resume.empty(),
-                "--init-from {} and --resume {}: a run either continues a checkpoint or starts "
-                "from its weights, not both",
-                options.init_from, options.resume);
-  // --resume auto (a requeued job): continue when there is a checkpoint, else start fresh.
-  std::string resume = options.resume;
-  const std::map<int64_t, std::string> existing = list_checkpoints(checkpoint_dir(config));
-  if (resume == "auto") {
-    resume = existing.empty() ? "" : "latest";
-    if (resume.empty())
-      spdlog::info("--resume auto: no checkpoint in {}: starting fresh", checkpoint_dir(config));
-  }
-  // A fresh run must not mix its checkpoints and metrics with an earlier run's.
-  COLLAGE_CHECK(!resume.empty() || existing.empty() || options.overwrite,
-                "{} holds checkpoints of an earlier run (the last: {}): continue it with "
-                "--resume (or --resume auto), or start over with --overwrite, which deletes "
-                "them",
-                checkpoint_dir(config), existing.empty() ? "" : existing.rbegin()->second);
-  const std::string resume_path =
-      resume.empty() ? "" : resolve_resume(resume, checkpoint_dir(config));
-  if (!resume_path.empty())
-    check_resume_allowed(resume_path, config, options.convert_precision,
-                         options.allow_config_change);
-  const std::string init_path =
-      options.init_from.empty() ? "" : resolve_resume(options.init_from, checkpoint_dir(config));
+}
 
-  const BackendChoice backend = choose_backend(config.parallel.backend);
-  run.backend = make_backend(backend.name, config.parallel.threads, node_local_rank(),
-                             config.parallel.cpu_gemm);
-  parallel.attach_backend(*run.backend);
-  spdlog::info("backend: {} ({})", run.backend->name(), backend.reason);
+ResumeRequest resume_request(const TrainOptions& options) {
+  ResumeRequest request;
+  request.resume = options.resume;
+  request.init_from = options.init_from;
+  request.overwrite = options.overwrite;
+  request.convert_precision = options.convert_precision;
+  request.allow_config_change = options.allow_config_change;
+  return request;
+}
+
+// parallel.backend -> the Backend this rank computes on, which its Comms then use.
+void start_backend(Run& run) {
+  const BackendChoice choice = choose_backend(run.config.parallel.backend);
+  run.backend_name = choice.name;
+  run.backend = make_backend(choice.name, run.config.parallel.threads, node_local_rank(),
+                             run.config.parallel.cpu_gemm);
+  run.parallel.attach_backend(*run.backend);
+  spdlog::info("backend: {} ({})", run.backend->name(), choice.reason);
   if (!run.backend->gemm_engine().empty()) spdlog::info("GEMMs: {}", run.backend->gemm_engine());
+}
 
-  const TrainingConfig& tc = config.training;
-  const int B = tc.micro_batch_size, T = config.data.seq_len;
-  run.task = make_training_task(config, *run.backend, parallel);
+// The data, the model (its weights initialised, or --init-from's) and the optimizer, and the
+// memory they took.
+void build_task_and_optimizer(Run& run, const ResumePlan& start) {
+  run.task = make_training_task(run.config, *run.backend, run.parallel);
   spdlog::info("data: {}", run.task->data_summary());
-  TrainableModel& model = run.model();
-  model.init_weights(tc.seed);
-  if (!init_path.empty()) {
-    const int64_t init_step = load_checkpoint_weights(init_path, config, *run.backend, model);
-    spdlog::info(
-        "initialised the weights from {} (step {}); optimizer state and schedule start fresh",
-        init_path, init_step);
-  }
+  run.model().init_weights(run.config.training.seed);
+  load_initial_weights(start, run.config, *run.backend, run.model());
   // After the weights: fp32-master's master copy starts as them.
-  run.optimizer = make_optimizer(config, *run.backend, model, layout);
+  run.optimizer = make_optimizer(run.config, *run.backend, run.model(), run.layout);
   // What this rank allocated, read from the arenas themselves.
-  const MemoryReport memory = measure_memory(model, *run.optimizer, layout.dp, layout.zero);
-  spdlog::info(
-      "{}", format_memory_report(memory, fmt::format("memory of rank {} of {}", layout.world_rank,
-                                                     layout.world_size)));
+  const RankLayout& layout = run.layout;
+  run.memory = measure_memory(run.model(), *run.optimizer, layout.dp, layout.zero);
+  spdlog::info("{}",
+               format_memory_report(run.memory, fmt::format("memory of rank {} of {}",
+                                                            layout.world_rank, layout.world_size)));
+}
 
-  // --overwrite: the earlier run's checkpoints go only now that the data and model are ready.
-  if (resume.empty() && !existing.empty()) {
-    parallel.host_world().barrier();  // every rank has seen them before rank 0 deletes them
-    if (lead) {
-      remove_checkpoints(checkpoint_dir(config));
-      spdlog::warn("--overwrite: deleted the {} checkpoint(s) of an earlier run in {}",
-                   existing.size(), checkpoint_dir(config));
-    }
-    parallel.host_world().barrier();
-  }
-  if (!resume_path.empty()) {
-    run.progress =
-        restore_training_checkpoint(resume_path, config, *run.backend, model, *run.optimizer,
-                                    options.convert_precision, options.allow_config_change);
-  }
-  int64_t& step = run.progress.step;
-  int64_t& consumed_samples = run.progress.consumed_samples;
-  std::unique_ptr<MetricsFile> metrics;
-  if (lead)
-    metrics = std::make_unique<MetricsFile>(
-        (fs::path(config.logging.dir) / "metrics.jsonl").string(), resume.empty() ? -1 : step);
-  auto write_metrics = [&](const nlohmann::json& record) {
-    if (metrics) metrics->write(record);
-  };
-
-  const int micro_batches = tc.global_batch_size / (B * layout.dp);
-  const double tokens_per_step = run.task->tokens_per_step();
-  // Model FLOPs (model_flops.h) per device per second, against the device's peak.
-  const ModelFlops flops = model_flops(config);
-  const double flops_per_step = flops.per_sequence() * tc.global_batch_size;
-  DevicePeak peak;
-  if (lead) {
-    peak = backend_peak(backend.name, config.parallel.threads, node_local_rank());
+// metrics.jsonl (a resumed run's cut back to its step), the model FLOPs and the device's peak
+// (world rank 0), the progress bar.
+void open_records(Run& run, bool resuming) {
+  const Config& config = run.config;
+  if (run.lead)
+    run.metrics =
+        std::make_unique<MetricsFile>((fs::path(config.logging.dir) / "metrics.jsonl").string(),
+                                      resuming ? run.progress.step : -1);
+  run.flops = model_flops(config);
+  run.flops_per_step = run.flops.per_sequence() * config.training.global_batch_size;
+  if (run.lead) {
+    run.peak = backend_peak(run.backend_name, config.parallel.threads, node_local_rank());
     spdlog::info(
         "model FLOPs: {:.3g} per token (6N + 12LTC, N = {:.4g}M), {:.3g} per step; MFU "
         "against {}",
-        flops.per_token(), flops.body_parameters / 1e6, flops_per_step, peak.source);
+        run.flops.per_token(), run.flops.body_parameters / 1e6, run.flops_per_step,
+        run.peak.source);
   }
-  auto device_flop_rate = [&](double step_seconds) {
-    return flops_per_step / step_seconds / layout.world_size;
-  };
+  run.progress_bar.emplace(run.lead ? config.logging.progress : "off", run.progress.step + 1,
+                           config.training.max_steps);
+  const char* slow_steps = std::getenv("COLLAGE_TEST_STEP_SECONDS");
+  run.test_step_seconds = slow_steps ? std::atof(slow_steps) : 0;
+}
 
-  TrainResult result;
-  ProgressBar progress(lead ? config.logging.progress : "off", step + 1, tc.max_steps);
+// The steps this call will train, or why there are none.
+void log_training_plan(const Run& run) {
+  const TrainingConfig& tc = run.config.training;
+  const int64_t step = run.progress.step;
+  const int micro_batches = tc.global_batch_size / (tc.micro_batch_size * run.layout.dp);
   if (step >= tc.max_steps)
     spdlog::warn(
         "the run is already at step {} of training.max_steps {}: nothing to train (raise "
         "training.max_steps to continue it)",
         step, tc.max_steps);
   else
-    spdlog::info("training steps {}..{}: {} micro-batches of {}x{} tokens per step{}", step + 1,
-                 tc.max_steps, micro_batches, B, T,
-                 layout.dp > 1 ? fmt::format(" on each of {} data-parallel ranks", layout.dp) : "");
-  if (step == 0) {
-    // A fresh run's step-0 record: what the strategy costs, and the starting point of the
-    // validation curve (≈ ln(vocab) for a fresh model).
-    nlohmann::json record = {{"step", 0},
-                             {"time", utc_timestamp()},
-                             {"tokens", 0},
-                             {"precision", precision_name(config.optimizer.precision)},
-                             {"bytes_per_parameter", memory.bytes_per_parameter()},
-                             {"model_flops_per_token", flops.per_token()}};
-    if (peak.flops > 0) record["peak_tflops"] = peak.flops / 1e12;
-    if (tc.eval_interval > 0) {
-      const TaskFigures val = run.task->validate();
-      record["val_loss"] = result.last_val_loss = val.loss;
-      record.update(val.metrics);
-      spdlog::info("step {:>6}/{} | val loss {:.4f}{}", 0, tc.max_steps, val.loss, val.text);
-    }
-    write_metrics(record);
-  }
-  // Fault injection for tests/parallel/preemption.py: COLLAGE_TEST_STEP_SECONDS=S makes every
-  // step last at least S seconds (a large model's steps, without its memory or compute).
-  const char* slow_steps = std::getenv("COLLAGE_TEST_STEP_SECONDS");
-  const double test_step_seconds = slow_steps ? std::atof(slow_steps) : 0;
-  while (step < tc.max_steps) {
-    stop_if_launcher_gone();  // mpirun killed: not one more step (launcher_watch.h)
-    const int64_t t = step + 1;
-    const auto start = Clock::now();
-    const CommTraffic tp_before = parallel.tp_traffic, dp_before = parallel.dp_traffic;
-    const TaskFigures train = run.task->train_step(consumed_samples);
-    consumed_samples += tc.global_batch_size;
-    run.reduce_gradients();
-    const double loss = train.loss;
-    if (!std::isfinite(loss)) {
-      progress.clear();
-      fail("step {}: the training loss is {}; stopping without writing a checkpoint ({})", t, loss,
-           last_good_checkpoint(config));
-    }
-    // Global-norm clipping of the averaged gradient.
-    const double grad_norm = run.gradient_norm();
-    if (!std::isfinite(grad_norm)) {
-      progress.clear();
-      fail("step {}: the gradient norm is {}; stopping without writing a checkpoint ({})", t,
-           grad_norm, last_good_checkpoint(config));
-    }
-    if (config.optimizer.grad_clip > 0 && grad_norm > config.optimizer.grad_clip) {
-      const ParameterRegion region = run.update_region();
-      run.backend->scale(model.gradient_memory() + region.begin,
-                         float(config.optimizer.grad_clip / grad_norm), region.size());
-    }
-    const double lr = learning_rate(config.optimizer, t);
-    // EDQ sums over every parameter once: over TP, and over DP when the updates are sharded.
-    const StepEdq edq =
-        run.optimizer->step(t, lr, layout.zero ? parallel.host_world() : parallel.host_tp());
-    run.gather_parameters();
-    run.backend->synchronize();
-    const double test_sleep_seconds = test_step_seconds - seconds_since(start);
-    if (test_sleep_seconds > 0)
-      std::this_thread::sleep_for(std::chrono::duration<double>(test_sleep_seconds));
-    step = t;
-    const double step_seconds = seconds_since(start);
-    const int64_t tp_bytes = parallel.tp_traffic.bytes - tp_before.bytes;
-    const int64_t dp_bytes = parallel.dp_traffic.bytes - dp_before.bytes;
+    spdlog::info(
+        "training steps {}..{}: {} micro-batches of {}x{} tokens per step{}", step + 1,
+        tc.max_steps, micro_batches, tc.micro_batch_size, run.config.data.seq_len,
+        run.layout.dp > 1 ? fmt::format(" on each of {} data-parallel ranks", run.layout.dp) : "");
+}
 
-    nlohmann::json record = {{"step", t},
-                             {"time", utc_timestamp()},
-                             {"loss", loss},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
-                             {"tokens_per_s", tokens_per_step / step_seconds},
-                             {"ms_per_step", 1e3 * step_seconds},
-                             {"consumed_samples", consumed_samples},
-                             {"tokens", consumed_samples * T}};
-    record.update(train.metrics);
-    const double flop_rate = device_flop_rate(step_seconds);
-    record["model_tflops"] = flop_rate / 1e12;  // per device
-    if (peak.flops > 0) record["mfu"] = flop_rate / peak.flops;
-    if (parallel.multi_rank()) {
-      record["comm_tp_bytes"] = tp_bytes;
-      record["comm_dp_bytes"] = dp_bytes;
-    }
-    if (config.optimizer.edq) {
-      run.progress.edq.add(edq.total);
-      const EdqFigures figures = edq_figures(edq.total);
-      record["edq"] = figures.edq;
-      record["edq_ratio"] = figures.edq_ratio;
-      record["lost_frac"] = figures.lost_frac;
-      record["updated"] = edq.total.updated;  // parameters with a non-zero update, each once
-      record["edq_ratio_cumulative"] = run.progress.edq.ratio();
-      if (!edq.groups.empty()) {
-        nlohmann::json groups = nlohmann::json::object();
-        for (size_t k = 0; k < edq.groups.size(); k++)
-          groups[run.optimizer->edq_groups()[k]] = edq_figures(edq.groups[k]).edq_ratio;
-        record["edq_groups"] = groups;
-      }
-    }
-    const bool evaluate = tc.eval_interval > 0 && (t % tc.eval_interval == 0 || t == tc.max_steps);
-    TaskFigures val;
-    if (evaluate) {
-      val = run.task->validate();
-      record["val_loss"] = result.last_val_loss = val.loss;
-      record.update(val.metrics);
-    }
-    if (t % tc.log_interval == 0 || evaluate || t == tc.max_steps) {
-      progress.clear();
-      spdlog::info(
-          "step {:>6}/{} | loss {:.4f}{}{} | lr {:.3e} | grad norm {:.3f}{} | {:.0f} tok/s | "
-          "{}{} | {:.0f} ms/step{}",
-          t, tc.max_steps, loss, train.text,
-          evaluate ? fmt::format(" | val loss {:.4f}{}", val.loss, val.text) : "", lr, grad_norm,
-          config.optimizer.edq ? edq_summary(edq_figures(edq.total)) : "",
-          tokens_per_step / step_seconds, format_flop_rate(flop_rate),
-          peak.flops > 0 ? fmt::format(" MFU {:.1f}%", 100 * flop_rate / peak.flops) : "",
-          1e3 * step_seconds, comm_summary(layout, tp_bytes, dp_bytes));
-    }
-    write_metrics(record);  // every step; the console only every log_interval steps
-    progress.update(t, loss);
-    result.last_loss = loss;
-    result.steps_run++;
-    const bool checkpoint_now =
-        (config.checkpoint.interval > 0 && t % config.checkpoint.interval == 0) ||
-        t == tc.max_steps;
-    if (checkpoint_now) {
-      progress.clear();
-      result.last_checkpoint = save(run);
-    }
-    // Preemption (stop_signal.h): the ranks agree on the step, whichever rank was signalled.
-    float stop_signal = float(stop_signal_received());
-    if (parallel.multi_rank()) parallel.host_world().all_reduce_max(&stop_signal, 1);
-    if (stop_signal > 0 && t < tc.max_steps) {
-      progress.clear();
-      const int signal = int(stop_signal);
-      if (!checkpoint_now) result.last_checkpoint = save(run);
-      spdlog::warn(
-          "{} received: stopped after step {} with checkpoint {}; continue with --resume (exit "
-          "status {})",
-          signal_name(signal), t, result.last_checkpoint, kExitStopped);
-      result.stopped_by_signal = signal;
-      break;
-    }
+// The backend, the task, the model and optimizer, and the state they start from. Where the run
+// starts (fresh, --init-from, --resume) is settled first, before any data is loaded or
+// prepared (which may take long): a refused resume or fresh run costs nothing.
+void prepare_run(Run& run, const TrainOptions& options) {
+  log_run_setup(run);
+  const ResumePlan start = plan_resume(run.config, resume_request(options));
+  start_backend(run);
+  build_task_and_optimizer(run, start);
+  run.progress = start_training_state(start, run.config, *run.backend, run.model(), *run.optimizer,
+                                      run.parallel.host_world());
+  open_records(run, start.resuming());
+  log_training_plan(run);
+}
+
+// A fresh run's step-0 record: what the strategy costs, and the starting point of the
+// validation curve (≈ ln(vocab) for a fresh model).
+void record_step_zero(Run& run, TrainResult& result) {
+  const TrainingConfig& tc = run.config.training;
+  nlohmann::json record = {{"step", 0},
+                           {"time", utc_timestamp()},
+                           {"tokens", 0},
+                           {"precision", precision_name(run.config.optimizer.precision)},
+                           {"bytes_per_parameter", run.memory.bytes_per_parameter()},
+                           {"model_flops_per_token", run.flops.per_token()}};
+  if (run.peak.flops > 0) record["peak_tflops"] = run.peak.flops / 1e12;
+  if (tc.eval_interval > 0) {
+    const TaskFigures val = run.task->validate();
+    record["val_loss"] = result.last_val_loss = val.loss;
+    record.update(val.metrics);
+    spdlog::info("step {:>6}/{} | val loss {:.4f}{}", 0, tc.max_steps, val.loss, val.text);
   }
-  progress.finish();
+  run.write_metrics(record);
+}
+
+// ---- One step ---------------------------------------------------------------------------
+
+// What one step did, for its record.
+struct StepFigures {
+  int64_t step = 0;   // the step just completed, from 1
+  TaskFigures train;  // the training loss and the task's figures
+  double grad_norm = 0;
+  double lr = 0;
+  StepEdq edq;
+  double seconds = 0;
+  int64_t tp_bytes = 0, dp_bytes = 0;  // payload handed to the TP and DP collectives
+};
+
+// A non-finite loss or gradient norm ends the run with an error, before anything is saved.
+void stop_unless_finite(Run& run, int64_t step, const char* what, double value) {
+  if (std::isfinite(value)) return;
+  run.progress_bar->clear();
+  fail("step {}: {} is {}; stopping without writing a checkpoint ({})", step, what, value,
+       last_good_checkpoint(run.config));
+}
+
+// Global-norm clipping of the averaged gradient.
+void clip_gradients(Run& run, double grad_norm) {
+  const double clip = run.config.optimizer.grad_clip;
+  if (clip <= 0 || grad_norm <= clip) return;
+  const ParameterRegion region = run.update_region();
+  run.backend->scale(run.model().gradient_memory() + region.begin, float(clip / grad_norm),
+                     region.size());
+}
+
+// Micro-batches with gradient accumulation, the gradients reduced over the ranks and clipped,
+// one optimizer step (docs/ARCHITECTURE.md, "One training step").
+StepFigures train_step(Run& run) {
+  const auto start = Clock::now();
+  ParallelRun& parallel = run.parallel;
+  const CommTraffic tp_before = parallel.tp_traffic, dp_before = parallel.dp_traffic;
+  StepFigures s;
+  s.step = run.progress.step + 1;
+  s.train = run.task->train_step(run.progress.consumed_samples);
+  run.progress.consumed_samples += run.config.training.global_batch_size;
+  run.reduce_gradients();
+  stop_unless_finite(run, s.step, "the training loss", s.train.loss);
+  s.grad_norm = run.gradient_norm();
+  stop_unless_finite(run, s.step, "the gradient norm", s.grad_norm);
+  clip_gradients(run, s.grad_norm);
+  s.lr = learning_rate(run.config.optimizer, s.step);
+  // EDQ sums over every parameter once: over TP, and over DP when the updates are sharded.
+  s.edq = run.optimizer->step(s.step, s.lr,
+                              run.layout.zero ? parallel.host_world() : parallel.host_tp());
+  run.gather_parameters();
+  run.backend->synchronize();
+  const double test_sleep_seconds = run.test_step_seconds - seconds_since(start);
+  if (test_sleep_seconds > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(test_sleep_seconds));
+  run.progress.step = s.step;
+  if (run.config.optimizer.edq) run.progress.edq.add(s.edq.total);
+  s.seconds = seconds_since(start);
+  s.tp_bytes = parallel.tp_traffic.bytes - tp_before.bytes;
+  s.dp_bytes = parallel.dp_traffic.bytes - dp_before.bytes;
+  return s;
+}
+
+// ---- Recording the step -----------------------------------------------------------------
+
+// The step's EDQ (docs/PRECISION.md §7): its ratio and lost fraction, the run's cumulative ratio,
+// and with logging.edq_groups each group's ratio.
+void add_edq(const Run& run, const StepEdq& edq, nlohmann::json& record) {
+  const EdqFigures figures = edq_figures(edq.total);
+  record["edq"] = figures.edq;
+  record["edq_ratio"] = figures.edq_ratio;
+  record["lost_frac"] = figures.lost_frac;
+  record["updated"] = edq.total.updated;  // parameters with a non-zero update, each once
+  record["edq_ratio_cumulative"] = run.progress.edq.ratio();
+  if (!edq.groups.empty()) {
+    nlohmann::json groups = nlohmann::json::object();
+    for (size_t k = 0; k < edq.groups.size(); k++)
+      groups[run.optimizer->edq_groups()[k]] = edq_figures(edq.groups[k]).edq_ratio;
+    record["edq_groups"] = groups;
+  }
+}
+
+// The step's line of metrics.jsonl (without the validation's figures).
+nlohmann::json step_record(const Run& run, const StepFigures& s) {
+  const int64_t consumed_samples = run.progress.consumed_samples;
+  nlohmann::json record = {{"step", s.step},
+                           {"time", utc_timestamp()},
+                           {"loss", s.train.loss},
+                           {"lr", s.lr},
+                           {"grad_norm", s.grad_norm},
+                           {"tokens_per_s", run.task->tokens_per_step() / s.seconds},
+                           {"ms_per_step", 1e3 * s.seconds},
+                           {"consumed_samples", consumed_samples},
+                           {"tokens", consumed_samples * run.config.data.seq_len}};
+  record.update(s.train.metrics);
+  const double flop_rate = run.device_flop_rate(s.seconds);
+  record["model_tflops"] = flop_rate / 1e12;  // per device
+  if (run.peak.flops > 0) record["mfu"] = flop_rate / run.peak.flops;
+  if (run.parallel.multi_rank()) {
+    record["comm_tp_bytes"] = s.tp_bytes;
+    record["comm_dp_bytes"] = s.dp_bytes;
+  }
+  if (run.config.optimizer.edq) add_edq(run, s.edq, record);
+  return record;
+}
+
+// The step's console line: loss, validation, learning rate, gradient norm, EDQ, speed, MFU,
+// communication.
+void log_step_line(const Run& run, const StepFigures& s, const std::optional<TaskFigures>& val) {
+  const double flop_rate = run.device_flop_rate(s.seconds);
+  spdlog::info(
+      "step {:>6}/{} | loss {:.4f}{}{} | lr {:.3e} | grad norm {:.3f}{} | {:.0f} tok/s | "
+      "{}{} | {:.0f} ms/step{}",
+      s.step, run.config.training.max_steps, s.train.loss, s.train.text,
+      val ? fmt::format(" | val loss {:.4f}{}", val->loss, val->text) : "", s.lr, s.grad_norm,
+      run.config.optimizer.edq ? edq_summary(edq_figures(s.edq.total)) : "",
+      run.task->tokens_per_step() / s.seconds, format_flop_rate(flop_rate),
+      run.peak.flops > 0 ? fmt::format(" MFU {:.1f}%", 100 * flop_rate / run.peak.flops) : "",
+      1e3 * s.seconds, comm_summary(run.layout, s.tp_bytes, s.dp_bytes));
+}
+
+// Every eval_interval steps and after the last: the validation loss and the task's figures.
+std::optional<TaskFigures> validate_if_due(Run& run, int64_t step, TrainResult& result) {
+  const TrainingConfig& tc = run.config.training;
+  if (tc.eval_interval <= 0 || (step % tc.eval_interval != 0 && step != tc.max_steps))
+    return std::nullopt;
+  TaskFigures val = run.task->validate();
+  result.last_val_loss = val.loss;
+  return val;
+}
+
+// Every step to metrics.jsonl, with the validation's figures when it is due; to the console
+// every log_interval steps, at a validation and after the last step.
+void record_step(Run& run, const StepFigures& s, TrainResult& result) {
+  const TrainingConfig& tc = run.config.training;
+  nlohmann::json record = step_record(run, s);
+  const std::optional<TaskFigures> val = validate_if_due(run, s.step, result);
+  if (val) {
+    record["val_loss"] = val->loss;
+    record.update(val->metrics);
+  }
+  if (s.step % tc.log_interval == 0 || val || s.step == tc.max_steps) {
+    run.progress_bar->clear();
+    log_step_line(run, s, val);
+  }
+  run.write_metrics(record);
+  run.progress_bar->update(s.step, s.train.loss);
+  result.last_loss = s.train.loss;
+  result.steps_run++;
+}
+
+// ---- Checkpointing and stopping ---------------------------------------------------------
+
+// Every checkpoint.interval steps and after the last. Returns whether it saved.
+bool checkpoint_if_due(Run& run, int64_t step, TrainResult& result) {
+  const int interval = run.config.checkpoint.interval;
+  const bool due = (interval > 0 && step % interval == 0) || step == run.config.training.max_steps;
+  if (due) {
+    run.progress_bar->clear();
+    result.last_checkpoint = save(run);
+  }
+  return due;
+}
+
+// Preemption (stop_signal.h): the ranks agree on the step, whichever rank was signalled; the
+// run saves a checkpoint (unless this step did) and stops. Returns whether it stops.
+bool stop_on_signal(Run& run, int64_t step, bool checkpointed, TrainResult& result) {
+  float stop_signal = float(stop_signal_received());
+  if (run.parallel.multi_rank()) run.parallel.host_world().all_reduce_max(&stop_signal, 1);
+  if (stop_signal <= 0 || step >= run.config.training.max_steps) return false;
+  run.progress_bar->clear();
+  const int signal = int(stop_signal);
+  if (!checkpointed) result.last_checkpoint = save(run);
+  spdlog::warn(
+      "{} received: stopped after step {} with checkpoint {}; continue with --resume (exit "
+      "status {})",
+      signal_name(signal), step, result.last_checkpoint, kExitStopped);
+  result.stopped_by_signal = signal;
+  return true;
+}
+
+// ---- The loop ---------------------------------------------------------------------------
+
+TrainResult train_ranks(const Config& config, const TrainOptions& options, ParallelRun& parallel) {
+  Run run(config, parallel);
+  prepare_run(run, options);
+  TrainResult result;
+  if (run.progress.step == 0) record_step_zero(run, result);
+  while (run.progress.step < config.training.max_steps) {
+    stop_if_launcher_gone();  // mpirun killed: not one more step (launcher_watch.h)
+    const StepFigures step = train_step(run);
+    record_step(run, step, result);
+    const bool checkpointed = checkpoint_if_due(run, step.step, result);
+    if (stop_on_signal(run, step.step, checkpointed, result)) break;
+  }
+  run.progress_bar->finish();
   spdlog::default_logger()->flush();  // train.log complete when train() returns
-  result.last_step = step;
+  result.last_step = run.progress.step;
   return result;
 }
 
