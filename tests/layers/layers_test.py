@@ -12,6 +12,7 @@ Three rules, over every file under src/ and kernels/:
 Usage: layers_test.py --source DIR --link-graph BUILD/generated/link_graph.json
 """
 import argparse
+import functools
 import json
 import os
 import re
@@ -90,6 +91,7 @@ def main():
             folder = os.path.dirname(folder)
         return None
 
+    @functools.lru_cache(maxsize=None)
     def closure(library):
         seen, todo = set(), [library]
         while todo:
