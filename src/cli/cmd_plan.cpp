@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "dist/backend_choice.h"
+#include "model/model_family.h"
 #include "model/trainable_model.h"
 #include "optim/memory_report.h"
 #include "plan/comm_plan.h"
@@ -55,25 +56,14 @@ std::string plan(const PlanOptions& o) {
                 "{}: --kernels models tensor-parallel 1 only; plan it without --tensor-parallel {} "
                 "or without --kernels",
                 origin, tp);
+  const Architecture& arch = architecture(m);
   COLLAGE_CHECK(
-      !o.kernels || !is_encoder(m),
+      !o.kernels || arch.kernel_cost_model,
       "{}: --kernels models the GPT's kernels; model.arch {} has no kernel cost model yet", origin,
       m.arch);
 
-  std::string out =
-      is_encoder(m)
-          ? fmt::format(
-                "{}: {} n_layer {}, hidden {}, heads {}, ffn {}, vocab {} (padded to {}), {} "
-                "positions, seq_len {}, {} masked positions\n",
-                o.config_path, m.arch == "bert" ? "BERT" : "RoBERTa", m.n_layer, m.hidden_size,
-                m.n_head, m.ffn(), m.vocab_size, m.padded_vocab(tp), m.max_position_embeddings,
-                config.data.seq_len, config.data.max_predictions)
-          : fmt::format(
-                "{}: GPT n_layer {}, hidden {}, heads {}, ffn {}, vocab {} (padded to {}), {} "
-                "positions, {} head, seq_len {}\n",
-                o.config_path, m.n_layer, m.hidden_size, m.n_head, m.ffn(), m.vocab_size,
-                m.padded_vocab(tp), m.position_embedding, m.tie_embeddings ? "tied" : "untied",
-                config.data.seq_len);
+  std::string out = fmt::format("{}: {} {}\n", o.config_path, arch.title,
+                                model_family(m).describe(m, model_shape(config), tp));
   out += fmt::format("{} parameters ({:.2f} B); {} ranks = tensor-parallel {} x data-parallel {}\n",
                      parameter_count(m, 1), parameter_count(m, 1) / 1e9, tp * dp, tp, dp);
   const BackendChoice backend = choose_backend(config.parallel.backend);
@@ -111,9 +101,10 @@ std::string plan(const PlanOptions& o) {
       "\nModel FLOPs (6N + 12LTC, docs/ARCHITECTURE.md \"Model FLOPs and MFU\"): {:.4g} per "
       "token (N = {:.4g} M multiplied per token{}), {:.4g} per step of {} sequences\n",
       flops.per_token(), flops.body_parameters / 1e6,
-      is_encoder(m) ? fmt::format("; heads on {} masked positions and the [CLS] row apart",
-                                  flops.masked_positions)
-                    : "",
+      flops.masked_positions > 0
+          ? fmt::format("; heads on {} masked positions and the [CLS] row apart",
+                        flops.masked_positions)
+          : "",
       step_flops, config.training.global_batch_size);
   for (const char* gpu : {"A100", "H100"}) {
     const DevicePeak peak = gpu_peak(gpu);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "config/architecture.h"
 #include "config/config_fields.h"
 #include "core/error.h"
 
@@ -48,7 +49,9 @@ class Checker {
 };
 
 void check_model(const Checker& c, const ModelConfig& m, int tp) {
-  c.one_of("model.arch", m.arch, {"gpt", "bert", "roberta"});
+  const Architecture* registered = find_architecture(m.arch);
+  if (registered == nullptr)
+    c.reject("model.arch", "expected one of {}, got '{}'", architecture_names(), m.arch);
   c.positive("model.n_layer", m.n_layer);
   c.positive("model.hidden_size", m.hidden_size);
   c.positive("model.n_head", m.n_head);
@@ -65,7 +68,7 @@ void check_model(const Checker& c, const ModelConfig& m, int tp) {
     c.reject("model.position_embedding",
              "rope needs an even head size, but model.hidden_size {} / model.n_head {} = {}",
              m.hidden_size, m.n_head, m.head_size());
-  if (m.arch != "gpt") {  // the encoders' own keys
+  if (registered->encoder_keys) {
     c.positive("model.type_vocab_size", m.type_vocab_size);
     if (m.pad_token_id < 0 || m.pad_token_id >= m.vocab_size)
       c.reject("model.pad_token_id", "{} is not a token id below model.vocab_size {}",
@@ -73,10 +76,10 @@ void check_model(const Checker& c, const ModelConfig& m, int tp) {
     for (auto [key, p] : {std::pair{"model.hidden_dropout", m.hidden_dropout},
                           std::pair{"model.attention_dropout", m.attention_dropout}})
       if (!(p >= 0 && p < 1)) c.reject(key, "{} is not a probability in [0, 1)", p);
-    if (m.position_embedding != "learned")
-      c.reject("model.position_embedding", "{}: the encoders use learned positions",
-               m.position_embedding);
   }
+  if (!registered->rotary_positions && m.position_embedding != "learned")
+    c.reject("model.position_embedding", "{}: the encoders use learned positions",
+             m.position_embedding);
   // Megatron tensor parallelism splits attention by heads and the MLP by ffn columns.
   if (m.n_head % tp != 0)
     c.reject("model.n_head", "{} heads do not split over parallel.tensor_parallel {}", m.n_head,
@@ -126,14 +129,15 @@ void check_data(const Checker& c, const DataConfig& d, const ModelConfig& m) {
   c.positive("data.seq_len", d.seq_len);
   // Learned positions and the rope table both hold max_position_embeddings positions; RoBERTa's
   // start past the padding id. Checked here, before any data is loaded or prepared.
+  const Architecture& arch = architecture(m);
   const int64_t positions =
-      int64_t{d.seq_len} + (m.arch == "roberta" ? int64_t{m.pad_token_id} + 1 : 0);
+      int64_t{d.seq_len} + (arch.positions_past_padding ? int64_t{m.pad_token_id} + 1 : 0);
   if (positions > m.max_position_embeddings)
     c.reject("data.seq_len", "{} needs {} positions, more than model.max_position_embeddings {}",
              d.seq_len, positions, m.max_position_embeddings);
   for (size_t i = 0; i < d.prepare_from.size(); i++)
     if (d.prepare_from[i].empty()) c.reject(fmt::format("data.prepare_from[{}]", i), "empty");
-  if (m.arch != "gpt") {
+  if (arch.objective == Objective::masked_lm) {
     check_encoder_data(c, d, m);
     return;
   }

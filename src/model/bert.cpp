@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "config/architecture.h"
 #include "core/error.h"
 #include "model/parameter_table.h"
 #include "model/vocab_parallel_loss.h"
@@ -50,53 +51,27 @@ template <typename Storage>
 BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch,
                       int seq_len, int max_predictions, ParallelLayout layout,
                       Comm* tensor_parallel, int64_t memory_multiple)
-    : config_(config),
-      backend_(backend),
-      micro_batch_(micro_batch),
-      seq_len_(seq_len),
+    : Base(config, backend, micro_batch, seq_len, layout, tensor_parallel, memory_multiple,
+           bert_parameter_table(config, layout.tp) /* validates the config and tp */, "BERT"),
       max_predictions_(max_predictions),
-      layout_(layout),
-      tp_comm_(tensor_parallel),
-      nsp_(config.arch == "bert"),
-      C_(config.hidden_size),
-      NH_(config.n_head),
-      HS_(config.head_size()),
-      F_(config.ffn()),
-      V_(config.vocab_size),
-      Vp_(config.padded_vocab(layout.tp)) {
-  table_ = bert_parameter_table(config, layout.tp);  // validates the config and tp
-  check_tensor_parallel_group("BERT", layout, tensor_parallel);
-  COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
+      nsp_(architecture(config).next_sentence) {
   COLLAGE_CHECK(max_predictions >= 1 && max_predictions <= seq_len,
                 "data.max_predictions: {} must be in [1, data.seq_len = {}]", max_predictions,
                 seq_len);
   // RoBERTa's positions run up to pad_token_id + T.
-  const int64_t positions_needed =
-      config.arch == "roberta" ? int64_t{seq_len} + config.pad_token_id + 1 : seq_len;
+  const int64_t positions_needed = architecture(config).positions_past_padding
+                                       ? int64_t{seq_len} + config.pad_token_id + 1
+                                       : seq_len;
   COLLAGE_CHECK(seq_len >= 1 && positions_needed <= config.max_position_embeddings,
                 "data.seq_len: {} needs {} positions, more than model.max_position_embeddings {}",
                 seq_len, positions_needed, config.max_position_embeddings);
-  local_heads_ = NH_ / layout.tp;
-  local_ffn_ = F_ / layout.tp;
-  vocab_begin_ = int64_t{layout.tp_rank} * (Vp_ / layout.tp);
-  vocab_end_ = vocab_begin_ + Vp_ / layout.tp;
-  const ParameterMemorySize memory =
-      parameter_memory_size(table_, layout.tp, memory_multiple, "BERT");
-  num_parameters_ = memory.num_parameters;
-  memory_elements_ = memory.memory_elements;
-  replicated_ = memory.replicated;
-  const size_t param_bytes = size_t(memory_elements_) * sizeof(Storage);
-  param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");
-  params_ = param_arena_->take<Storage>(memory_elements_);
-  grad_arena_ = std::make_unique<Arena>(backend, param_bytes, "gradients");
-  grads_ = grad_arena_->take<Storage>(memory_elements_);
   weights_ = bind_weights(params_);
   grad_weights_ = bind_weights(grads_);
   acts_ = std::make_unique<Activations>();
-  act_arena_ = std::make_unique<Arena>(
-      backend, planned_activation_bytes(config, micro_batch, seq_len, max_predictions, layout.tp),
-      "activations");
-  plan_activations(config, micro_batch, seq_len, max_predictions, layout.tp, *act_arena_, *acts_);
+  this->allocate_activations(
+      planned_activation_bytes(config, micro_batch, seq_len, max_predictions, layout.tp));
+  plan_activations(config, micro_batch, seq_len, max_predictions, layout.tp, *this->act_arena_,
+                   *acts_);
 }
 
 template <typename Storage>
@@ -157,21 +132,6 @@ void BertT<Storage>::plan_activations(const ModelConfig& config, int micro_batch
   a.dpicked = take(M * C);
   a.dnsp_logits = take(B * 2), a.dpooled = take(B * C), a.dpooled_pre = take(B * C);
   a.dcls = take(B * C);
-}
-
-template <typename Storage>
-void BertT<Storage>::all_reduce_replicated_gradients() {
-  if (layout_.tp == 1 || replicated_.size() == 0) return;
-  // Every TP rank computed these from the same replicated activations; averaging keeps the
-  // copies identical (as GptT).
-  Storage* replicated = grads_ + replicated_.begin;
-  tp_comm_->all_reduce_sum(replicated, replicated_.size());
-  backend_.scale(replicated, 1.0f / float(layout_.tp), replicated_.size());
-}
-
-template <typename Storage>
-void BertT<Storage>::all_reduce_tp(Storage* data, int64_t n) {
-  if (layout_.tp > 1) tp_comm_->all_reduce_sum(data, n);
 }
 
 // Dropout sites of one micro-batch: 0 the embeddings; per layer 3l + 1 the attention
@@ -278,6 +238,7 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
 
   // Host side: check the ids, derive positions, the labelled rows and the [CLS] rows.
   std::vector<int32_t> positions(N), key_mask(N);
+  const bool positions_past_padding = architecture(config_).positions_past_padding;
   for (int b = 0; b < B; b++) {
     int32_t real_tokens = 0;
     for (int t = 0; t < T; t++) {
@@ -291,9 +252,9 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
       key_mask[i] = batch.input_mask[i] != 0;
       real_tokens += key_mask[i];
       // RoBERTa: real tokens count up from pad_token_id + 1, padding sits at pad_token_id.
-      positions[i] = config_.arch == "bert" ? t
-                     : key_mask[i]          ? config_.pad_token_id + real_tokens
-                                            : config_.pad_token_id;
+      positions[i] = !positions_past_padding ? t
+                     : key_mask[i]           ? config_.pad_token_id + real_tokens
+                                             : config_.pad_token_id;
     }
   }
   std::vector<int32_t> rows, cls_rows(B);

@@ -53,8 +53,9 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "dist/comm.h"
+#include "model/language_model.h"
 #include "model/parameter_info.h"
-#include "model/trainable_model.h"
+#include "model/transformer_model.h"
 
 namespace collage {
 
@@ -62,25 +63,17 @@ namespace collage {
 // needed).
 std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int tp = 1);
 
-// One micro-batch as the HDF5 files hold it, on the host, row-major.
-struct BertInputs {
-  const int32_t* input_ids = nullptr;             // (B, T)
-  const int32_t* input_mask = nullptr;            // (B, T) 1 real token, 0 padding
-  const int32_t* segment_ids = nullptr;           // (B, T) token types (RoBERTa: all 0)
-  const int32_t* masked_lm_positions = nullptr;   // (B, P) zero-padded: a row's labels end at
-  const int32_t* masked_lm_ids = nullptr;         // (B, P) its first zero position
-  const int32_t* next_sentence_labels = nullptr;  // (B) BERT only (may be null for RoBERTa)
-};
+// One micro-batch as the HDF5 files hold it, on the host, row-major (batch.h's masked_lm fields;
+// next_sentence_labels may be null for RoBERTa).
+using BertInputs = Batch;
 
 template <typename Storage>
-class BertT : public TrainableModelT<Storage> {
+class BertT : public TransformerModelT<Storage, MaskedLanguageModelT<Storage>> {
+  using Base = TransformerModelT<Storage, MaskedLanguageModelT<Storage>>;
+
  public:
-  struct Loss {
-    double mlm_sum = 0;  // Σ MLM token losses
-    int64_t mlm_count = 0;
-    double nsp_sum = 0;  // Σ NSP sequence losses (BERT)
-    int64_t nsp_count = 0;
-  };
+  // Σ MLM token losses and their count; Σ NSP sequence losses (BERT) and their count.
+  using Loss = typename MaskedLanguageModelT<Storage>::Loss;
 
   // micro_batch: the largest B forward() accepts; seq_len: the T every forward uses;
   // max_predictions: P, the labelled positions per sequence. Parameters start at zero: call
@@ -100,51 +93,30 @@ class BertT : public TrainableModelT<Storage> {
   BertT(const BertT&) = delete;
   BertT& operator=(const BertT&) = delete;
 
-  const std::vector<ParameterInfo>& parameters() const override { return table_; }
-  int64_t num_parameters() const override { return num_parameters_; }
-  int64_t memory_elements() const override { return memory_elements_; }
-  ParameterRegion replicated_region() const override { return replicated_; }
-  Storage* parameter_memory() override { return params_; }
-  Storage* gradient_memory() override { return grads_; }
-  const Storage* parameter_memory() const override { return params_; }
-
   // BERT's init: N(0, init_std) for weights and embeddings, layernorms 1, biases 0, vocab
   // padding rows 0; per-tensor streams as the GPT's (model/weight_init.h), drawn for the whole
   // tensor, so the values do not depend on tp (each rank takes its shard).
   void init_weights(uint64_t seed) override;
-  // This rank's shards: num_parameters() floats, each tensor at its table offset.
-  void load_parameters(const float* host_values);
-  void save_parameters(float* host_values) const;
 
   // One micro-batch. dropout: whether to drop (training) and the key of this micro-batch's
   // masks; its masks depend on (dropout_seed, dropout_index) only, so give each micro-batch a
   // distinct index (the trainer: its first sample's index).
   Loss forward(const BertInputs& batch, int B, bool dropout, uint64_t dropout_seed = 0,
-               uint64_t dropout_index = 0);
+               uint64_t dropout_index = 0) override;
   // Accumulates the gradient of dloss_mlm · Σ MLM token losses + dloss_nsp · Σ NSP losses of the
   // last forward into gradient_memory().
-  void backward(float dloss_mlm, float dloss_nsp);
-  void zero_gradients() override;
-  // tp > 1: averages the replicated tensors' gradients over the TP group (see GptT).
-  void all_reduce_replicated_gradients() override;
+  void backward(float dloss_mlm, float dloss_nsp) override;
 
   // Of the last forward: how many labelled tokens (and, BERT, sequences) the model predicted
   // right (argmax over the real vocabulary, the first of equal maxima). Copies the logits to the
   // host: for evaluation. Under TP the argmax spans every rank's shard (two all-reduces of M
   // floats, so every TP rank must call mlm_correct() together) and every rank gets the count.
-  int64_t mlm_correct() const;
-  int64_t nsp_correct() const;
+  int64_t mlm_correct() const override;
+  int64_t nsp_correct() const override;
   // The last forward's MLM logits, (M, Vp/tp) on the device: M labelled rows in batch order,
   // this rank's vocabulary columns [tp_rank·Vp/tp, (tp_rank + 1)·Vp/tp).
   const Storage* mlm_logits() const;
 
-  size_t parameter_bytes() const override { return param_arena_->capacity(); }
-  size_t gradient_bytes() const override { return grad_arena_->capacity(); }
-  size_t activation_bytes() const override { return act_arena_->capacity(); }
-  const ModelConfig& config() const override { return config_; }
-  const ParallelLayout& layout() const override { return layout_; }
-  int micro_batch() const override { return micro_batch_; }
-  int seq_len() const override { return seq_len_; }
   int max_predictions() const { return max_predictions_; }
 
  private:
@@ -185,25 +157,15 @@ class BertT : public TrainableModelT<Storage> {
   // Layer l's attention over this rank's heads, with the dropout masks of tp = 1.
   void attention_forward(LayerActivations& la, int B, int l);
   void attention_backward(const LayerActivations& la, int B, int l);
-  // Sums `data` over the TP group (a no-op at tp = 1).
-  void all_reduce_tp(Storage* data, int64_t n);
 
-  ModelConfig config_;
-  BackendT<Storage>& backend_;
-  int micro_batch_, seq_len_, max_predictions_;
-  ParallelLayout layout_;
-  Comm* tp_comm_ = nullptr;
-  bool nsp_;                         // BERT: pooler + NSP head
-  int C_, NH_, HS_, F_, V_, Vp_;     // full sizes (Vp_: the vocabulary padded for tp)
-  int local_heads_, local_ffn_;      // per-rank sizes
-  int64_t vocab_begin_, vocab_end_;  // this rank's rows of the padded vocabulary
-  std::vector<ParameterInfo> table_;
-  int64_t num_parameters_ = 0;
-  int64_t memory_elements_ = 0;
-  ParameterRegion replicated_;
-  std::unique_ptr<Arena> param_arena_, grad_arena_, act_arena_;
-  Storage* params_ = nullptr;
-  Storage* grads_ = nullptr;
+  // The shared members this class uses (transformer_model.h).
+  using Base::backend_, Base::config_, Base::layout_, Base::micro_batch_, Base::seq_len_;
+  using Base::C_, Base::NH_, Base::HS_, Base::V_, Base::Vp_, Base::local_heads_, Base::local_ffn_,
+      Base::vocab_begin_, Base::vocab_end_;
+  using Base::table_, Base::num_parameters_, Base::params_, Base::grads_, Base::tp_comm_,
+      Base::all_reduce_tp;
+  int max_predictions_;
+  bool nsp_;  // BERT: pooler + NSP head
   Weights weights_, grad_weights_;
   std::unique_ptr<Activations> acts_;
 

@@ -4,9 +4,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "config/architecture.h"
 #include "core/error.h"
 #include "model/bert.h"
-#include "model/host_values.h"
 #include "model/parameter_table.h"
 #include "model/weight_init.h"
 
@@ -15,12 +15,9 @@ namespace collage {
 namespace {
 
 void validate_bert_config(const ModelConfig& c, int tp) {
-  COLLAGE_CHECK(c.arch == "bert" || c.arch == "roberta", "model.arch: '{}' is not an encoder",
+  COLLAGE_CHECK(architecture(c).family == ModelFamily::bert, "model.arch: '{}' is not an encoder",
                 c.arch);
-  COLLAGE_CHECK(c.n_layer >= 1, "model.n_layer: {} must be >= 1", c.n_layer);
-  COLLAGE_CHECK(c.hidden_size >= 1 && c.n_head >= 1 && c.hidden_size % c.n_head == 0,
-                "model.n_head: {} does not divide model.hidden_size {}", c.n_head, c.hidden_size);
-  COLLAGE_CHECK(c.ffn() >= 1, "model.ffn_hidden_size: {} must be >= 0", c.ffn_hidden_size);
+  check_transformer_shape(c);
   COLLAGE_CHECK(c.vocab_size >= 1 && c.type_vocab_size >= 1 && c.max_position_embeddings >= 1,
                 "model: vocab_size {}, type_vocab_size {} and max_position_embeddings {} must be "
                 ">= 1",
@@ -34,41 +31,27 @@ std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int t
   validate_bert_config(config, tp);
   const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab(tp);
   ParameterTableBuilder table(tp);
-  auto add = [&](std::string name, std::vector<int64_t> full_shape, TensorSplit split,
-                 bool weight_decay) {
-    table.add(std::move(name), full_shape, split, weight_decay);
-  };
   using S = TensorSplit;
-  add("embeddings.word.weight", {Vp, C}, S::rows, true);
-  add("embeddings.position.weight", {config.max_position_embeddings, C}, S::replicated, true);
-  add("embeddings.token_type.weight", {config.type_vocab_size, C}, S::replicated, true);
-  add("embeddings.ln.weight", {C}, S::replicated, false);
-  add("embeddings.ln.bias", {C}, S::replicated, false);
-  for (int l = 0; l < config.n_layer; ++l) {
+  table.add("embeddings.word.weight", {Vp, C}, S::rows, true);
+  table.add("embeddings.position.weight", {config.max_position_embeddings, C}, S::replicated, true);
+  table.add("embeddings.token_type.weight", {config.type_vocab_size, C}, S::replicated, true);
+  table.layernorm("embeddings.ln", C);
+  for (int l = 0; l < config.n_layer; ++l) {  // post-LN
     const std::string p = "h." + std::to_string(l) + ".";
-    add(p + "attn.qkv.weight", {3 * C, C}, S::qkv_rows, true);
-    add(p + "attn.qkv.bias", {3 * C}, S::qkv_rows, false);
-    add(p + "attn.proj.weight", {C, C}, S::columns, true);
-    add(p + "attn.proj.bias", {C}, S::replicated, false);
-    add(p + "ln_1.weight", {C}, S::replicated, false);
-    add(p + "ln_1.bias", {C}, S::replicated, false);
-    add(p + "mlp.fc1.weight", {F, C}, S::rows, true);
-    add(p + "mlp.fc1.bias", {F}, S::rows, false);
-    add(p + "mlp.fc2.weight", {C, F}, S::columns, true);
-    add(p + "mlp.fc2.bias", {C}, S::replicated, false);
-    add(p + "ln_2.weight", {C}, S::replicated, false);
-    add(p + "ln_2.bias", {C}, S::replicated, false);
+    table.linear(p + "attn.qkv", 3 * C, C, S::qkv_rows);
+    table.linear(p + "attn.proj", C, C, S::columns);
+    table.layernorm(p + "ln_1", C);
+    table.linear(p + "mlp.fc1", F, C, S::rows);
+    table.linear(p + "mlp.fc2", C, F, S::columns);
+    table.layernorm(p + "ln_2", C);
   }
-  add("mlm.dense.weight", {C, C}, S::replicated, true);
-  add("mlm.dense.bias", {C}, S::replicated, false);
-  add("mlm.ln.weight", {C}, S::replicated, false);
-  add("mlm.ln.bias", {C}, S::replicated, false);
-  add("mlm.decoder.bias", {Vp}, S::rows, false);  // split with the tied word embedding's rows
-  if (config.arch == "bert") {
-    add("pooler.dense.weight", {C, C}, S::replicated, true);
-    add("pooler.dense.bias", {C}, S::replicated, false);
-    add("nsp.weight", {2, C}, S::replicated, true);
-    add("nsp.bias", {2}, S::replicated, false);
+  table.linear("mlm.dense", C, C, S::replicated);
+  table.layernorm("mlm.ln", C);
+  // Split with the tied word embedding's rows.
+  table.add("mlm.decoder.bias", {Vp}, S::rows, false);
+  if (architecture(config).next_sentence) {
+    table.linear("pooler.dense", C, C, S::replicated);
+    table.linear("nsp", 2, C, S::replicated);
   }
   return table.finish();
 }
@@ -118,31 +101,13 @@ void BertT<Storage>::init_weights(uint64_t seed) {
         const bool vocab = info.name == "embeddings.word.weight";
         return TensorInit{TensorInit::normal, config_.init_std, vocab ? int64_t{V_} : -1};
       });
-  load_parameters(host.data());
-}
-
-template <typename Storage>
-void BertT<Storage>::load_parameters(const float* host_values) {
-  upload_values(backend_, params_, host_values, num_parameters_);
-}
-
-template <typename Storage>
-void BertT<Storage>::save_parameters(float* host_values) const {
-  download_values(backend_, host_values, params_, num_parameters_);
-}
-
-template <typename Storage>
-void BertT<Storage>::zero_gradients() {
-  backend_.zero(grads_, size_t(memory_elements_) * sizeof(Storage));
+  this->load_parameters(host.data());
 }
 
 // Explicit instantiation of the members defined in this file (the rest: bert.cpp).
 #define COLLAGE_INSTANTIATE(S)                                          \
   template typename BertT<S>::Weights BertT<S>::bind_weights(S*) const; \
-  template void BertT<S>::init_weights(uint64_t);                       \
-  template void BertT<S>::load_parameters(const float*);                \
-  template void BertT<S>::save_parameters(float*) const;                \
-  template void BertT<S>::zero_gradients();
+  template void BertT<S>::init_weights(uint64_t);
 COLLAGE_INSTANTIATE(bf16)
 COLLAGE_INSTANTIATE(float)
 #undef COLLAGE_INSTANTIATE

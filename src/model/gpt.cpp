@@ -11,47 +11,17 @@ template <typename Storage>
 GptT<Storage>::GptT(const ModelConfig& config, BackendT<Storage>& backend, int micro_batch,
                     int seq_len, ParallelLayout layout, Comm* tensor_parallel,
                     int64_t memory_multiple)
-    : config_(config),
-      backend_(backend),
-      micro_batch_(micro_batch),
-      seq_len_(seq_len),
-      layout_(layout),
-      tp_comm_(tensor_parallel),
-      rope_(config.position_embedding == "rope"),
-      C_(config.hidden_size),
-      NH_(config.n_head),
-      HS_(config.head_size()),
-      F_(config.ffn()),
-      V_(config.vocab_size),
-      Vp_(config.padded_vocab(layout.tp)) {
-  table_ = gpt_parameter_table(config, layout.tp);  // validates the config
-  check_tensor_parallel_group("GPT", layout, tensor_parallel);
-  COLLAGE_CHECK(micro_batch >= 1, "training.micro_batch_size: {} must be >= 1", micro_batch);
+    : Base(config, backend, micro_batch, seq_len, layout, tensor_parallel, memory_multiple,
+           gpt_parameter_table(config, layout.tp) /* validates the config */, "GPT"),
+      rope_(config.position_embedding == "rope") {
   COLLAGE_CHECK(seq_len >= 1 && seq_len <= config.max_position_embeddings,
                 "data.seq_len: {} must be in [1, model.max_position_embeddings = {}]", seq_len,
                 config.max_position_embeddings);
-  local_heads_ = NH_ / layout.tp;
-  local_ffn_ = F_ / layout.tp;
-  vocab_begin_ = int64_t{layout.tp_rank} * (Vp_ / layout.tp);
-  vocab_end_ = vocab_begin_ + Vp_ / layout.tp;
-  const ParameterMemorySize memory =
-      parameter_memory_size(table_, layout.tp, memory_multiple, "GPT");
-  num_parameters_ = memory.num_parameters;
-  memory_elements_ = memory.memory_elements;
-  replicated_ = memory.replicated;
-
-  const size_t param_bytes = static_cast<size_t>(memory_elements_) * sizeof(Storage);
-  param_arena_ = std::make_unique<Arena>(backend, param_bytes, "parameters");
-  params_ = param_arena_->take<Storage>(memory_elements_);
-  grad_arena_ = std::make_unique<Arena>(backend, param_bytes, "gradients");
-  grads_ = grad_arena_->take<Storage>(memory_elements_);
   weights_ = bind_weights(params_);
   grad_weights_ = bind_weights(grads_);
-
   // first pass sizes the arena, second pass hands out the pointers
-  act_arena_ = std::make_unique<Arena>(
-      backend, planned_activation_bytes(config, micro_batch, seq_len, layout.tp), "activations");
-  acts_ = plan_activations(config, micro_batch, seq_len, layout.tp, *act_arena_);
+  this->allocate_activations(planned_activation_bytes(config, micro_batch, seq_len, layout.tp));
+  acts_ = plan_activations(config, micro_batch, seq_len, layout.tp, *this->act_arena_);
 }
 
 template <typename Storage>
@@ -274,19 +244,6 @@ void GptT<Storage>::backward(float dloss) {
                           la.ln1_rstd, N, C);
   }
   be.embedding_backward(g.wte, g.wpe, a.dresidual, a.tokens, B, T, C, vocab_begin_, vocab_end_);
-}
-
-template <typename Storage>
-void GptT<Storage>::all_reduce_tp(Storage* data, int64_t n) {
-  if (layout_.tp > 1) tp_comm_->all_reduce_sum(data, n);
-}
-
-template <typename Storage>
-void GptT<Storage>::all_reduce_replicated_gradients() {
-  if (layout_.tp == 1 || replicated_.size() == 0) return;
-  Storage* replicated = grads_ + replicated_.begin;
-  tp_comm_->all_reduce_sum(replicated, replicated_.size());
-  backend_.scale(replicated, 1.0f / float(layout_.tp), replicated_.size());
 }
 
 template class GptT<bf16>;

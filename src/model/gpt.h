@@ -38,9 +38,10 @@
 #include "config/config.h"
 #include "dist/comm.h"
 #include "model/gpt_activations.h"
+#include "model/language_model.h"
 #include "model/parameter_info.h"
 #include "model/parameter_table.h"
-#include "model/trainable_model.h"
+#include "model/transformer_model.h"
 
 namespace collage {
 
@@ -48,12 +49,11 @@ namespace collage {
 std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp = 1);
 
 template <typename Storage>
-class GptT : public TrainableModelT<Storage> {
+class GptT : public TransformerModelT<Storage, CausalLanguageModelT<Storage>> {
+  using Base = TransformerModelT<Storage, CausalLanguageModelT<Storage>>;
+
  public:
-  struct Loss {
-    double sum = 0;     // sum of per-token losses
-    int64_t count = 0;  // number of non-ignored targets
-  };
+  using Loss = typename CausalLanguageModelT<Storage>::Loss;  // Σ token losses and their count
 
   // micro_batch: the largest B forward() accepts; seq_len: the T every forward uses.
   // Allocates the parameter, gradient and activation arenas from `backend`, which must
@@ -68,55 +68,31 @@ class GptT : public TrainableModelT<Storage> {
   // The parameter table without a backend (shapes per rank of a tp-way split).
   static std::vector<ParameterInfo> parameter_table(const ModelConfig& config, int tp = 1);
 
-  const std::vector<ParameterInfo>& parameters() const override { return table_; }
-  int64_t num_parameters() const override { return num_parameters_; }
-  // num_parameters() rounded up to the constructor's memory_multiple: the elements of
-  // parameter_memory() and gradient_memory().
-  int64_t memory_elements() const override { return memory_elements_; }
-  // The replicated tensors' elements (empty at tp = 1).
-  ParameterRegion replicated_region() const override { return replicated_; }
-  Storage* parameter_memory() override { return params_; }
-  Storage* gradient_memory() override { return grads_; }
-  const Storage* parameter_memory() const override { return params_; }
-  const Storage* gradient_memory() const { return grads_; }
-
   // GPT-2/Megatron init: N(0, init_std); attn proj and fc2 weights N(0, init_std/√(2L));
   // layernorm weights 1, biases 0, padding vocab rows 0. Values come from a seeded
   // mt19937_64 per tensor (Box-Muller), are rounded to bf16 for every Storage, and do not
   // depend on tp (each rank takes its shard of the full tensor).
   void init_weights(uint64_t seed) override;
-  void load_parameters(const float* host_values);  // num_parameters() floats, table order
-  void save_parameters(float* host_values) const;
 
   // One micro-batch. tokens, targets: host (B, T) int32, B <= micro_batch, T == seq_len;
   // targets < 0 are ignored; targets may be nullptr (no loss, backward not allowed).
   Loss forward(const int32_t* tokens, const int32_t* targets, int B);
+  Loss forward(const Batch& batch, int B) override {
+    return forward(batch.input_ids, batch.targets, B);
+  }
   // Gradient of dloss · Σ token losses of the last forward (which needs targets),
   // accumulated into gradient_memory(): over micro-batches, call forward + backward for each
   // and zero_gradients() once per step. dloss = 1 / count gives the mean loss's gradient.
-  void backward(float dloss);
-  void zero_gradients() override;
-  // tp > 1: the gradients of the replicated tensors (layernorms, row-parallel biases, wpe),
-  // averaged over the TP group once per step, after the last backward: every TP rank computes
-  // them from the same replicated activations, and this keeps the copies identical.
-  void all_reduce_replicated_gradients() override;
+  void backward(float dloss) override;
 
-  const Storage* logits() const { return acts_.logits; }  // (B·T, Vp/tp) of the last forward
-
-  size_t parameter_bytes() const override { return param_arena_->capacity(); }
-  size_t gradient_bytes() const override { return grad_arena_->capacity(); }
-  size_t activation_bytes() const override { return act_arena_->capacity(); }
+  // (B·T, Vp/tp) of the last forward.
+  const Storage* logits() const override { return acts_.logits; }
 
   // The activation_bytes() a model of this shape (micro_batch × seq_len, split tp ways)
   // allocates, without a backend: the same activation plan run on a counting Arena. For
   // memory planning (`collage plan`); validates the config like parameter_table().
   static size_t planned_activation_bytes(const ModelConfig& config, int micro_batch, int seq_len,
                                          int tp = 1);
-
-  const ModelConfig& config() const override { return config_; }
-  const ParallelLayout& layout() const override { return layout_; }
-  int micro_batch() const override { return micro_batch_; }
-  int seq_len() const override { return seq_len_; }
 
  private:
   struct LayerWeights {
@@ -135,26 +111,14 @@ class GptT : public TrainableModelT<Storage> {
   static GptActivations<Storage> plan_activations(const ModelConfig& config, int micro_batch,
                                                   int seq_len, int tp, Arena& arena);
   void check_tokens(const int32_t* tokens, const int32_t* targets, int B) const;
-  // Sums `data` over the TP group (a no-op at tp = 1).
-  void all_reduce_tp(Storage* data, int64_t n);
 
-  ModelConfig config_;
-  BackendT<Storage>& backend_;
-  int micro_batch_, seq_len_;
-  ParallelLayout layout_;
-  Comm* tp_comm_ = nullptr;
+  // The shared members this class uses (transformer_model.h).
+  using Base::backend_, Base::config_, Base::layout_, Base::micro_batch_, Base::seq_len_;
+  using Base::C_, Base::HS_, Base::V_, Base::Vp_, Base::local_heads_, Base::local_ffn_,
+      Base::vocab_begin_, Base::vocab_end_;
+  using Base::table_, Base::num_parameters_, Base::params_, Base::grads_, Base::tp_comm_,
+      Base::all_reduce_tp;
   bool rope_;
-  int C_, NH_, HS_, F_, V_, Vp_;     // full sizes
-  int local_heads_, local_ffn_;      // per-rank sizes
-  int64_t vocab_begin_, vocab_end_;  // this rank's rows of the padded vocab
-
-  std::vector<ParameterInfo> table_;
-  int64_t num_parameters_ = 0;
-  int64_t memory_elements_ = 0;
-  ParameterRegion replicated_;
-  std::unique_ptr<Arena> param_arena_, grad_arena_, act_arena_;
-  Storage* params_ = nullptr;
-  Storage* grads_ = nullptr;
   Weights weights_, grad_weights_;
   GptActivations<Storage> acts_;
 

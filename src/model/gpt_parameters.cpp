@@ -6,9 +6,9 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "config/architecture.h"
 #include "core/error.h"
 #include "model/gpt.h"
-#include "model/host_values.h"
 #include "model/parameter_table.h"
 #include "model/weight_init.h"
 
@@ -17,12 +17,10 @@ namespace collage {
 namespace {
 
 void validate_gpt_config(const ModelConfig& c, int tp) {
-  COLLAGE_CHECK(c.arch == "gpt", "model.arch: '{}' is not a GPT", c.arch);
-  COLLAGE_CHECK(c.n_layer >= 1, "model.n_layer: {} must be >= 1", c.n_layer);
-  COLLAGE_CHECK(c.hidden_size >= 1 && c.n_head >= 1 && c.hidden_size % c.n_head == 0,
-                "model.n_head: {} does not divide model.hidden_size {}", c.n_head, c.hidden_size);
+  COLLAGE_CHECK(architecture(c).family == ModelFamily::gpt, "model.arch: '{}' is not a GPT",
+                c.arch);
+  check_transformer_shape(c);
   COLLAGE_CHECK(c.vocab_size >= 1, "model.vocab_size: {} must be >= 1", c.vocab_size);
-  COLLAGE_CHECK(c.ffn() >= 1, "model.ffn_hidden_size: {} must be >= 0", c.ffn_hidden_size);
   COLLAGE_CHECK(c.position_embedding == "learned" || c.position_embedding == "rope",
                 "model.position_embedding: '{}' is not learned or rope", c.position_embedding);
   COLLAGE_CHECK(c.position_embedding != "rope" || c.head_size() % 2 == 0,
@@ -38,33 +36,21 @@ std::vector<ParameterInfo> gpt_parameter_table(const ModelConfig& config, int tp
   validate_gpt_config(config, tp);
   const int64_t C = config.hidden_size, F = config.ffn(), Vp = config.padded_vocab(tp);
   ParameterTableBuilder table(tp);
-  auto add = [&](std::string name, std::vector<int64_t> full_shape, TensorSplit split,
-                 bool weight_decay) {
-    table.add(std::move(name), full_shape, split, weight_decay);
-  };
   using S = TensorSplit;
-  add("wte.weight", {Vp, C}, S::rows, true);
-  if (config.position_embedding == "learned") {
-    add("wpe.weight", {config.max_position_embeddings, C}, S::replicated, true);
+  table.add("wte.weight", {Vp, C}, S::rows, true);
+  if (config.position_embedding == "learned")
+    table.add("wpe.weight", {config.max_position_embeddings, C}, S::replicated, true);
+  for (int l = 0; l < config.n_layer; ++l) {  // pre-LN
+    const std::string p = "h." + std::to_string(l) + ".";
+    table.layernorm(p + "ln_1", C);
+    table.linear(p + "attn.qkv", 3 * C, C, S::qkv_rows);
+    table.linear(p + "attn.proj", C, C, S::columns);
+    table.layernorm(p + "ln_2", C);
+    table.linear(p + "mlp.fc1", F, C, S::rows);
+    table.linear(p + "mlp.fc2", C, F, S::columns);
   }
-  for (int l = 0; l < config.n_layer; ++l) {
-    std::string p = "h." + std::to_string(l) + ".";
-    add(p + "ln_1.weight", {C}, S::replicated, false);
-    add(p + "ln_1.bias", {C}, S::replicated, false);
-    add(p + "attn.qkv.weight", {3 * C, C}, S::qkv_rows, true);
-    add(p + "attn.qkv.bias", {3 * C}, S::qkv_rows, false);
-    add(p + "attn.proj.weight", {C, C}, S::columns, true);
-    add(p + "attn.proj.bias", {C}, S::replicated, false);
-    add(p + "ln_2.weight", {C}, S::replicated, false);
-    add(p + "ln_2.bias", {C}, S::replicated, false);
-    add(p + "mlp.fc1.weight", {F, C}, S::rows, true);
-    add(p + "mlp.fc1.bias", {F}, S::rows, false);
-    add(p + "mlp.fc2.weight", {C, F}, S::columns, true);
-    add(p + "mlp.fc2.bias", {C}, S::replicated, false);
-  }
-  add("ln_f.weight", {C}, S::replicated, false);
-  add("ln_f.bias", {C}, S::replicated, false);
-  if (!config.tie_embeddings) add("lm_head.weight", {Vp, C}, S::rows, true);
+  table.layernorm("ln_f", C);
+  if (!config.tie_embeddings) table.add("lm_head.weight", {Vp, C}, S::rows, true);
   return table.finish();
 }
 
@@ -114,32 +100,14 @@ void GptT<Storage>::init_weights(uint64_t seed) {
         return TensorInit{TensorInit::normal, residual ? residual_std : std,
                           vocab ? int64_t{config_.vocab_size} : -1};
       });
-  load_parameters(host.data());
-}
-
-template <typename Storage>
-void GptT<Storage>::load_parameters(const float* host_values) {
-  upload_values(backend_, params_, host_values, num_parameters_);
-}
-
-template <typename Storage>
-void GptT<Storage>::save_parameters(float* host_values) const {
-  download_values(backend_, host_values, params_, num_parameters_);
-}
-
-template <typename Storage>
-void GptT<Storage>::zero_gradients() {
-  backend_.zero(grads_, static_cast<size_t>(memory_elements_) * sizeof(Storage));
+  this->load_parameters(host.data());
 }
 
 // Explicit instantiation of the members defined in this file (the rest: gpt.cpp).
 #define COLLAGE_INSTANTIATE(S)                                                           \
   template std::vector<ParameterInfo> GptT<S>::parameter_table(const ModelConfig&, int); \
   template typename GptT<S>::Weights GptT<S>::bind_weights(S*) const;                    \
-  template void GptT<S>::init_weights(uint64_t);                                         \
-  template void GptT<S>::load_parameters(const float*);                                  \
-  template void GptT<S>::save_parameters(float*) const;                                  \
-  template void GptT<S>::zero_gradients();
+  template void GptT<S>::init_weights(uint64_t);
 COLLAGE_INSTANTIATE(bf16)
 COLLAGE_INSTANTIATE(float)
 #undef COLLAGE_INSTANTIATE

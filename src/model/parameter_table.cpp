@@ -19,6 +19,18 @@ void ParameterTableBuilder::add(std::string name, std::vector<int64_t> full_shap
   table_.push_back({std::move(name), shape, numel, 0, weight_decay, split, full_shape});
 }
 
+void ParameterTableBuilder::linear(const std::string& name, int64_t out, int64_t in,
+                                   TensorSplit split) {
+  add(name + ".weight", {out, in}, split, true);
+  add(name + ".bias", {out}, split == TensorSplit::columns ? TensorSplit::replicated : split,
+      false);
+}
+
+void ParameterTableBuilder::layernorm(const std::string& name, int64_t C) {
+  add(name + ".weight", {C}, TensorSplit::replicated, false);
+  add(name + ".bias", {C}, TensorSplit::replicated, false);
+}
+
 std::vector<ParameterInfo> ParameterTableBuilder::finish() {
   // tp = 1: memory in table order; tp > 1: the sharded tensors, then the replicated ones.
   const int passes = tp_ > 1 ? 2 : 1;
@@ -43,6 +55,13 @@ ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int t
     region.end = std::max(region.end, info.offset + info.numel);
   }
   return region.begin < region.end ? region : ParameterRegion{};
+}
+
+void check_transformer_shape(const ModelConfig& c) {
+  COLLAGE_CHECK(c.n_layer >= 1, "model.n_layer: {} must be >= 1", c.n_layer);
+  COLLAGE_CHECK(c.hidden_size >= 1 && c.n_head >= 1 && c.hidden_size % c.n_head == 0,
+                "model.n_head: {} does not divide model.hidden_size {}", c.n_head, c.hidden_size);
+  COLLAGE_CHECK(c.ffn() >= 1, "model.ffn_hidden_size: {} must be >= 0", c.ffn_hidden_size);
 }
 
 void check_tensor_parallel_split(const ModelConfig& c, int tp) {

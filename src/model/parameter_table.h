@@ -20,6 +20,12 @@ class ParameterTableBuilder {
  public:
   explicit ParameterTableBuilder(int tp) : tp_(tp) {}
   void add(std::string name, std::vector<int64_t> full_shape, TensorSplit split, bool weight_decay);
+  // A linear layer's `name`.weight (out, in), with weight decay, and `name`.bias (out), without:
+  // the bias splits with the weight's rows, and is replicated when the weight is split by
+  // columns (a row-parallel layer adds its bias once, after the all-reduce) or not at all.
+  void linear(const std::string& name, int64_t out, int64_t in, TensorSplit split);
+  // A layernorm's `name`.weight and `name`.bias (C), replicated, without weight decay.
+  void layernorm(const std::string& name, int64_t C);
   std::vector<ParameterInfo> finish();  // assigns the offsets
 
  private:
@@ -29,6 +35,10 @@ class ParameterTableBuilder {
 
 // Where a table's replicated tensors lie in memory: one region when tp > 1, empty at tp = 1.
 ParameterRegion replicated_region(const std::vector<ParameterInfo>& table, int tp);
+
+// What every model's table needs of its config: layers, heads that divide the hidden size, an
+// ffn width. Throws Error naming the key.
+void check_transformer_shape(const ModelConfig& config);
 
 // Megatron's split needs tp to divide the heads and the ffn width: throws Error naming the keys.
 void check_tensor_parallel_split(const ModelConfig& config, int tp);

@@ -1,17 +1,12 @@
-// The parameter table of any architecture (trainable_model.h).
+// The parameter table of any architecture (trainable_model.h), from its model family.
 #include "model/trainable_model.h"
 
-#include "model/bert.h"
-#include "model/gpt.h"
+#include "model/model_family.h"
 
 namespace collage {
 
-bool is_encoder(const ModelConfig& config) {
-  return config.arch == "bert" || config.arch == "roberta";
-}
-
 std::vector<ParameterInfo> model_parameter_table(const ModelConfig& config, int tp) {
-  return is_encoder(config) ? bert_parameter_table(config, tp) : gpt_parameter_table(config, tp);
+  return model_family(config).parameter_table(config, tp);
 }
 
 }  // namespace collage

@@ -2,8 +2,7 @@
 // What the trainer, the optimizer wiring, checkpoints and the memory report need of a model,
 // whatever its architecture (GPT, BERT, RoBERTa): the parameter table, the contiguous
 // parameter and gradient memory, the tensor-parallel layout and the arena sizes. The forward
-// and backward differ per architecture (their inputs differ) and stay on the concrete
-// classes; src/train/*_task.cpp drive them.
+// and backward differ per objective (language_model.h); src/train/*_task.cpp drive them.
 #include <cstdint>
 #include <vector>
 
@@ -46,10 +45,8 @@ class TrainableModelT {
 
 using TrainableModel = TrainableModelT<bf16>;
 
-// model.arch bert or roberta (src/model/bert.h) rather than gpt (src/model/gpt.h).
-bool is_encoder(const ModelConfig& config);
-
-// The parameter table of config.arch split tp ways (validates the config; no backend needed).
+// The parameter table of config.arch split tp ways (validates the config; no backend needed;
+// model_family.h).
 std::vector<ParameterInfo> model_parameter_table(const ModelConfig& config, int tp = 1);
 
 // The elements of parameter/gradient memory for num_parameters and a memory_multiple (>= 1).

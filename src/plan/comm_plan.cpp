@@ -3,7 +3,8 @@
 // way dist/counting_comm.cpp counts them.
 #include "plan/comm_plan.h"
 
-#include "model/gpt.h"
+#include "model/model_family.h"
+#include "model/parameter_table.h"
 #include "model/trainable_model.h"
 #include "plan/memory_plan.h"
 
@@ -27,11 +28,10 @@ CommPlan plan_communication(const Config& config, int tp, int dp) {
     // Forward: the word embedding and each layer's attention proj and fc2 outputs (N, C).
     // Backward: the input gradients of each layer's column-parallel fc1 and QKV (N, C).
     // The vocab-parallel head, on R rows: the gradient of its input (R, C), and the loss's row
-    // max (R) and Σ exp | target logit (2R) in fp32. The GPT's head sees every token (R = N);
-    // an encoder's only the labelled ones, at most micro_batch × max_predictions (the plan
-    // counts that bound; a real step has ~15% of the tokens).
-    const int64_t R =
-        is_encoder(m) ? int64_t{config.training.micro_batch_size} * config.data.max_predictions : N;
+    // max (R) and Σ exp | target logit (2R) in fp32: R is the model family's head_rows. The
+    // GPT's head sees every token (R = N); an encoder's only the labelled ones, at most
+    // micro_batch × max_predictions (the plan counts that bound; a real step has ~15% of them).
+    const int64_t R = model_family(m).head_rows(model_shape(config));
     const int64_t block_reductions = 4 * int64_t{m.n_layer} + 1;
     plan.tp_calls = micro_batches * (block_reductions + 1 + 2);
     plan.tp_bytes =

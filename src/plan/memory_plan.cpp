@@ -2,8 +2,7 @@
 #include "plan/memory_plan.h"
 
 #include "core/error.h"
-#include "model/bert.h"
-#include "model/gpt.h"
+#include "model/model_family.h"
 
 namespace collage {
 
@@ -70,12 +69,10 @@ MemoryReport plan_memory(const Config& config, int tensor_parallel, int data_par
   StatePlan state = Optimizer::plan_state(config.optimizer.precision, shard);
   r.state = state.components;
   r.state_bytes = state.arena_bytes;
+  ModelShape shape = model_shape(config);
+  shape.micro_batch = micro_batch;
   r.activation_bytes =
-      is_encoder(config.model)
-          ? BERT::planned_activation_bytes(config.model, micro_batch, config.data.seq_len,
-                                           config.data.max_predictions, tensor_parallel)
-          : GPT::planned_activation_bytes(config.model, micro_batch, config.data.seq_len,
-                                          tensor_parallel);
+      model_family(config.model).planned_activation_bytes(config.model, shape, tensor_parallel);
   return r;
 }
 

@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #include "dist/backend_choice.h"
-#include "model/trainable_model.h"
+#include "model/model_family.h"
 
 namespace collage {
 
@@ -24,23 +24,15 @@ double ModelFlops::per_token() const { return per_sequence() / seq_len; }
 
 ModelFlops model_flops(const Config& config) {
   const ModelConfig& m = config.model;
-  const double C = m.hidden_size, F = m.ffn(), V = m.vocab_size, L = m.n_layer;
-  const double layernorm = 2 * C;
-  // ln_1, qkv, proj, ln_2, fc1, fc2 with their biases (src/model/gpt_parameters.cpp, the
-  // encoder's bert_parameters.cpp: the same block, post-LN).
-  const double block =
-      2 * layernorm + (3 * C * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C);
+  // Which parameters run where is the model family's to say (src/model/*_family.cpp).
+  const MultipliedParameters parameters = model_family(m).multiplied_parameters(m);
   ModelFlops f;
   f.seq_len = config.data.seq_len;
-  f.attention_per_token = 12 * L * f.seq_len * C;
-  if (is_encoder(m)) {
-    f.body_parameters = layernorm + L * block;  // the embedding layernorm, the blocks
-    f.masked_positions = config.data.max_predictions;
-    f.masked_head_parameters = (C * C + C) + layernorm + (V * C + V);  // dense, LN, decoder
-    if (m.arch == "bert") f.sequence_head_parameters = (C * C + C) + (2 * C + 2);  // pooler, NSP
-  } else {
-    f.body_parameters = L * block + layernorm + V * C;  // the blocks, ln_f, the head
-  }
+  f.attention_per_token = 12.0 * m.n_layer * f.seq_len * m.hidden_size;
+  f.body_parameters = parameters.body;
+  f.masked_head_parameters = parameters.masked_head;
+  f.sequence_head_parameters = parameters.sequence_head;
+  if (parameters.masked_head > 0) f.masked_positions = config.data.max_predictions;
   return f;
 }
 

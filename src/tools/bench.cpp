@@ -14,8 +14,7 @@
 #include "backend/backend.h"
 #include "dist/backend_choice.h"
 #include "dist/comm.h"
-#include "model/bert.h"
-#include "model/gpt.h"
+#include "model/model_family.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "plan/kernel_costs.h"
@@ -38,34 +37,21 @@ struct Gemm {
 };
 
 // Every matrix product of one micro-batch step (forward, input and weight gradients): the
-// layers' over all B·T rows; GPT's head over them too, the encoders' MLM head over the B·P
-// labelled rows and BERT's pooler and NSP classifier over one row a sequence.
+// model family's linear layers (GPT's over all B·T rows; the encoders' MLM head over the B·P
+// labelled rows and BERT's pooler and NSP classifier over one row a sequence), and attention.
 std::vector<Gemm> step_gemms(const Config& config, int B, int T) {
   const ModelConfig& model = config.model;
-  const int64_t N = int64_t(B) * T, C = model.hidden_size, F = model.ffn();
-  const int64_t Vp = model.padded_vocab(), NH = model.n_head, HS = model.head_size();
+  ModelShape shape = model_shape(config);
+  shape.micro_batch = B;
+  shape.seq_len = T;
   std::vector<Gemm> gemms;
-  auto linear = [&](int64_t rows, int64_t in, int64_t out, int64_t times) {
-    gemms.push_back({rows, out, in, times});  // forward
-    gemms.push_back({rows, in, out, times});  // input gradient
-    gemms.push_back({out, in, rows, times});  // weight gradient
-  };
-  linear(N, C, 3 * C, model.n_layer);
-  linear(N, C, C, model.n_layer);
-  linear(N, C, F, model.n_layer);
-  linear(N, F, C, model.n_layer);
-  if (model.arch == "gpt") {
-    linear(N, C, Vp, 1);
-  } else {
-    const int64_t M = int64_t(B) * config.data.max_predictions;
-    linear(M, C, C, 1);   // MLM transform
-    linear(M, C, Vp, 1);  // MLM decoder
-    if (model.arch == "bert") {
-      linear(B, C, C, 1);  // pooler
-      linear(B, C, 2, 1);  // NSP classifier
-    }
+  for (const LinearShape& l : model_family(model).linears(model, shape)) {
+    gemms.push_back({l.rows, l.out, l.in, l.times});  // forward
+    gemms.push_back({l.rows, l.in, l.out, l.times});  // input gradient
+    gemms.push_back({l.out, l.in, l.rows, l.times});  // weight gradient
   }
   // attention per (b, head): scores, P·V forward; dP, dV, dQ, dK backward
+  const int64_t NH = model.n_head, HS = model.head_size();
   gemms.push_back({T, T, HS, B * NH * model.n_layer * 6});
   return gemms;
 }
@@ -103,13 +89,13 @@ class BenchStep {
   virtual void backward() = 0;
 };
 
-// GPT: random tokens and targets.
-class GptStep final : public BenchStep {
+// A causal LM (GPT): random tokens and targets.
+class NextTokenStep final : public BenchStep {
  public:
-  GptStep(const Config& config, Backend& backend)
+  NextTokenStep(const Config& config, Backend& backend)
       : B_(config.training.micro_batch_size),
         T_(config.data.seq_len),
-        model_(config.model, backend, B_, T_),
+        model_(make_causal_lm(config.model, backend, model_shape(config))),
         tokens_(size_t(B_) * T_),
         targets_(size_t(B_) * T_) {
     std::mt19937 gen(1234);
@@ -117,27 +103,29 @@ class GptStep final : public BenchStep {
     for (auto& x : tokens_) x = token(gen);
     for (auto& x : targets_) x = token(gen);
   }
-  TrainableModel& model() override { return model_; }
-  void forward() override { model_.forward(tokens_.data(), targets_.data(), B_); }
-  void backward() override { model_.backward(1.0f / float(B_ * T_)); }
+  TrainableModel& model() override { return *model_; }
+  void forward() override {
+    model_->forward(Batch{.input_ids = tokens_.data(), .targets = targets_.data()}, B_);
+  }
+  void backward() override { model_->backward(1.0f / float(B_ * T_)); }
 
  private:
   int B_, T_;
-  GPT model_;
+  std::unique_ptr<CausalLanguageModel> model_;
   std::vector<int32_t> tokens_, targets_;  // (B, T)
 };
 
-// BERT and RoBERTa: a masked-LM batch of full-length rows (no padding), each with
-// data.max_predictions labelled positions spread over it (BERT: two segments and a random
-// next-sentence label), dropout on as in training.
-class EncoderStep final : public BenchStep {
+// A masked LM (BERT, RoBERTa): a batch of full-length rows (no padding), each with
+// data.max_predictions labelled positions spread over it (with a next-sentence head: two
+// segments and a random next-sentence label), dropout on as in training.
+class MaskedLmStep final : public BenchStep {
  public:
-  EncoderStep(const Config& config, Backend& backend)
+  MaskedLmStep(const Config& config, Backend& backend)
       : B_(config.training.micro_batch_size),
         T_(config.data.seq_len),
         P_(config.data.max_predictions),
-        bert_(config.model.arch == "bert"),
-        model_(config.model, backend, B_, T_, P_),
+        next_sentence_(architecture(config.model).next_sentence),
+        model_(make_masked_lm(config.model, backend, model_shape(config))),
         ids_(size_t(B_) * T_),
         mask_(size_t(B_) * T_, 1),
         segments_(size_t(B_) * T_, 0),
@@ -154,31 +142,36 @@ class EncoderStep final : public BenchStep {
         positions_[size_t(b) * P_ + k] = 1 + k * stride;
         labels_[size_t(b) * P_ + k] = token(gen);
       }
-      if (bert_) {
+      if (next_sentence_) {
         for (int t = T_ / 2; t < T_; t++) segments_[size_t(b) * T_ + t] = 1;
         nsp_[b] = int32_t(gen() & 1);
       }
     }
   }
-  TrainableModel& model() override { return model_; }
+  TrainableModel& model() override { return *model_; }
   void forward() override {
-    const BertInputs in{ids_.data(),       mask_.data(),   segments_.data(),
-                        positions_.data(), labels_.data(), bert_ ? nsp_.data() : nullptr};
-    loss_ = model_.forward(in, B_, /*dropout=*/true, /*dropout_seed=*/1234, index_++);
+    const Batch in{.input_ids = ids_.data(),
+                   .input_mask = mask_.data(),
+                   .segment_ids = segments_.data(),
+                   .masked_lm_positions = positions_.data(),
+                   .masked_lm_ids = labels_.data(),
+                   .next_sentence_labels = next_sentence_ ? nsp_.data() : nullptr,
+                   .targets = nullptr};  // the labels are the masked positions
+    loss_ = model_->forward(in, B_, /*dropout=*/true, /*dropout_seed=*/1234, index_++);
   }
   void backward() override {
-    model_.backward(loss_.mlm_count ? 1.0f / float(loss_.mlm_count) : 0.0f,
-                    loss_.nsp_count ? 1.0f / float(loss_.nsp_count) : 0.0f);
+    model_->backward(loss_.mlm_count ? 1.0f / float(loss_.mlm_count) : 0.0f,
+                     loss_.nsp_count ? 1.0f / float(loss_.nsp_count) : 0.0f);
   }
 
  private:
   int B_, T_, P_;
-  bool bert_;
-  BERT model_;
+  bool next_sentence_;
+  std::unique_ptr<MaskedLanguageModel> model_;
   std::vector<int32_t> ids_, mask_, segments_;  // (B, T)
   std::vector<int32_t> positions_, labels_;     // (B, P)
   std::vector<int32_t> nsp_;                    // (B)
-  BERT::Loss loss_;
+  MaskedLanguageModel::Loss loss_;
   uint64_t index_ = 0;  // the dropout stream's sample index
 };
 
@@ -255,10 +248,10 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   const BackendChoice choice = choose_backend(config.parallel.backend);
   auto backend = make_backend(choice.name, config.parallel.threads, 0, config.parallel.cpu_gemm);
   std::unique_ptr<BenchStep> step;
-  if (config.model.arch == "gpt") {
-    step = std::make_unique<GptStep>(config, *backend);
+  if (architecture(config.model).objective == Objective::next_token) {
+    step = std::make_unique<NextTokenStep>(config, *backend);
   } else {
-    step = std::make_unique<EncoderStep>(config, *backend);
+    step = std::make_unique<MaskedLmStep>(config, *backend);
   }
   TrainableModel& model = step->model();
   model.init_weights(config.training.seed);
@@ -284,12 +277,13 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
 std::string format_bench(const Config& config, const std::vector<BenchResult>& results) {
   const ModelConfig& m = config.model;
   const BenchResult& first = results.front();
-  const std::string model = m.arch == "gpt"    ? "GPT"
-                            : m.arch == "bert" ? "BERT (masked LM + NSP"
-                                               : "RoBERTa (masked LM";
-  const std::string labelled = m.arch == "gpt" ? ""
-                                               : fmt::format(", {} labelled positions a sequence)",
-                                                             config.data.max_predictions);
+  const Architecture& arch = architecture(m);
+  const std::string model =
+      arch.heads.empty() ? std::string(arch.title) : fmt::format("{} ({}", arch.title, arch.heads);
+  const std::string labelled =
+      arch.objective == Objective::next_token
+          ? ""
+          : fmt::format(", {} labelled positions a sequence)", config.data.max_predictions);
   std::string out = fmt::format(
       "{}{} L={} C={} heads={} vocab={} (padded {}), {} threads, optimizer {}, backend {} "
       "({})\n{}\n",

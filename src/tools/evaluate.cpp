@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_info.h"
 #include "checkpoint/training_checkpoint.h"
+#include "config/architecture.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "dist/backend_choice.h"
@@ -34,13 +35,14 @@ bool changes_validation(const std::string& key) {
   return key.starts_with("model.") || std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
-// The validation micro-batches to run: --iters, else training.eval_iters; an encoder needs its
+// The validation micro-batches to run: --iters, else training.eval_iters; a masked LM needs its
 // validation shards.
 int validation_iters(const Config& config, const EvalOptions& options) {
   const int iters = options.iters > 0 ? options.iters : config.training.eval_iters;
   COLLAGE_CHECK(iters >= 1, "training.eval_iters: {}: nothing to evaluate (give --iters N)",
                 config.training.eval_iters);
-  COLLAGE_CHECK(!is_encoder(config.model) || !config.data.hdf5_valid.empty(),
+  COLLAGE_CHECK(architecture(config.model).objective != Objective::masked_lm ||
+                    !config.data.hdf5_valid.empty(),
                 "data.hdf5_valid: empty: collage eval needs the validation shards of the {} "
                 "model (a shard file or directory)",
                 config.model.arch);
@@ -97,7 +99,7 @@ EvalResult eval_result(const Config& config, const CheckpointInfo& info, const s
   result.iters = iters;
   result.loss = val.loss;
   result.lead = layout.world_rank == 0;
-  const bool encoder = is_encoder(config.model);
+  const bool encoder = architecture(config.model).objective == Objective::masked_lm;
   const double per_token = encoder ? val.metrics.at("val_mlm_loss").get<double>() : val.loss;
   result.perplexity = std::exp(per_token);
   const char* perplexity_key = encoder ? "val_mlm_perplexity" : "val_perplexity";

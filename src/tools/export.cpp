@@ -23,9 +23,9 @@
 #include "checkpoint/checkpoint_info.h"
 #include "checkpoint/training_checkpoint.h"
 #include "collage_version.h"
+#include "config/architecture.h"
 #include "core/error.h"
-#include "model/bert.h"
-#include "model/gpt.h"
+#include "model/model_family.h"
 #include "optim/memory_report.h"
 
 namespace collage {
@@ -140,11 +140,8 @@ CheckpointWeights read_checkpoint_weights(const std::string& checkpoint) {
   // A tp = 1 model of the smallest shape (its activations are not used): the weights of any
   // saved layout are put back together whole by load_checkpoint_weights().
   auto backend = make_cpu_backend(0);
-  std::unique_ptr<TrainableModel> model;
-  if (is_encoder(w.config.model))
-    model = std::make_unique<BERT>(w.config.model, *backend, 1, 1, 1);
-  else
-    model = std::make_unique<GPT>(w.config.model, *backend, 1, 1);
+  const std::unique_ptr<TrainableModel> model = make_model(
+      w.config.model, *backend, ModelShape{.micro_batch = 1, .seq_len = 1, .max_predictions = 1});
   load_checkpoint_weights(w.path, w.config, *backend, *model);
   w.table = model->parameters();
   w.values.resize(size_t(model->num_parameters()));
@@ -157,91 +154,57 @@ const char* export_naming_name(ExportNaming naming) {
 }
 
 ExportNamingChoice choose_export_naming(const ModelConfig& config) {
-  if (config.arch != "gpt")
-    return {ExportNaming::collage,
-            fmt::format("model.arch is {}: Hugging Face GPT-2 names are for GPTs, encoders keep "
-                        "collage's names",
-                        config.arch)};
-  if (config.position_embedding != "learned")
-    return {ExportNaming::collage,
-            fmt::format("model.position_embedding is {}: GPT-2 has learned positions only",
-                        config.position_embedding)};
-  return {ExportNaming::hf_gpt2,
-          fmt::format("a GPT with learned positions, pre-LN blocks with biases and GELU-tanh is "
-                      "GPT-2 ({} embeddings{})",
-                      config.tie_embeddings ? "tied" : "untied",
-                      config.tie_embeddings ? "" : ": lm_head.weight, tie_word_embeddings false")};
+  const HfNaming hf = model_family(config).hf_naming(config);
+  return {hf.model_class.empty() ? ExportNaming::collage : ExportNaming::hf_gpt2, hf.reason};
 }
 
 namespace {
 
-// The GPT's tensors under Hugging Face GPT-2's names: the linear weights transposed to
-// Conv1D's (in, out), the vocabulary without its padding rows.
-std::vector<SafetensorsTensor> hf_gpt2_tensors(
+// The model's tensors under its Hugging Face names (the model family's HfNaming): the linear
+// weights transposed to Conv1D's (in, out), the vocabulary without its padding rows.
+std::vector<SafetensorsTensor> hf_tensors(
     const CheckpointWeights& weights, const std::map<std::string, const ParameterInfo*>& by_name,
     const std::string& dtype) {
   std::vector<SafetensorsTensor> out;
   const ModelConfig& c = weights.config.model;
-  COLLAGE_CHECK(choose_export_naming(c).naming == ExportNaming::hf_gpt2,
-                "{}: {}: no Hugging Face GPT-2 names", weights.path,
-                choose_export_naming(c).reason);
+  const HfNaming naming = model_family(c).hf_naming(c);
+  COLLAGE_CHECK(!naming.model_class.empty(), "{}: {}: no Hugging Face GPT-2 names", weights.path,
+                naming.reason);
   std::set<std::string> used;
-  auto source = [&](const std::string& name) -> const ParameterInfo& {
-    const auto it = by_name.find(name);
-    COLLAGE_CHECK(it != by_name.end(), "{}: the model has no parameter '{}'", weights.path, name);
-    used.insert(name);
-    return *it->second;
-  };
-  auto values = [&](const ParameterInfo& info) { return weights.values.data() + info.offset; };
-  // As it is.
-  auto copy = [&](const std::string& hf, const std::string& name) {
-    const ParameterInfo& info = source(name);
-    out.push_back({hf, dtype, info.full_shape, encode(values(info), info.numel, dtype)});
-  };
-  // (out, in) -> Conv1D's (in, out).
-  auto transpose = [&](const std::string& hf, const std::string& name) {
-    const ParameterInfo& info = source(name);
-    const int64_t rows = info.full_shape.at(0), cols = info.full_shape.at(1);
-    const std::vector<bf16> t = transposed(values(info), rows, cols);
-    out.push_back({hf, dtype, {cols, rows}, encode(t.data(), info.numel, dtype)});
-  };
-  // The vocabulary's rows without the padding (ids >= vocab_size).
-  auto vocab_rows = [&](const std::string& hf, const std::string& name) {
-    const ParameterInfo& info = source(name);
-    const int64_t cols = info.full_shape.at(1);
-    COLLAGE_CHECK(info.full_shape.at(0) >= c.vocab_size,
-                  "{}: '{}' has {} rows, fewer than the {} "
-                  "of model.vocab_size",
-                  weights.path, name, info.full_shape.at(0), c.vocab_size);
-    out.push_back({hf,
-                   dtype,
-                   {c.vocab_size, cols},
-                   encode(values(info), int64_t{c.vocab_size} * cols, dtype)});
-  };
-  vocab_rows("transformer.wte.weight", "wte.weight");
-  copy("transformer.wpe.weight", "wpe.weight");
-  for (int l = 0; l < c.n_layer; l++) {
-    const std::string p = fmt::format("h.{}.", l), hf = "transformer." + p;
-    copy(hf + "ln_1.weight", p + "ln_1.weight");
-    copy(hf + "ln_1.bias", p + "ln_1.bias");
-    transpose(hf + "attn.c_attn.weight", p + "attn.qkv.weight");
-    copy(hf + "attn.c_attn.bias", p + "attn.qkv.bias");
-    transpose(hf + "attn.c_proj.weight", p + "attn.proj.weight");
-    copy(hf + "attn.c_proj.bias", p + "attn.proj.bias");
-    copy(hf + "ln_2.weight", p + "ln_2.weight");
-    copy(hf + "ln_2.bias", p + "ln_2.bias");
-    transpose(hf + "mlp.c_fc.weight", p + "mlp.fc1.weight");
-    copy(hf + "mlp.c_fc.bias", p + "mlp.fc1.bias");
-    transpose(hf + "mlp.c_proj.weight", p + "mlp.fc2.weight");
-    copy(hf + "mlp.c_proj.bias", p + "mlp.fc2.bias");
+  for (const HfTensor& t : naming.tensors) {
+    const auto it = by_name.find(t.name);
+    COLLAGE_CHECK(it != by_name.end(), "{}: the model has no parameter '{}'", weights.path, t.name);
+    used.insert(t.name);
+    const ParameterInfo& info = *it->second;
+    const bf16* values = weights.values.data() + info.offset;
+    switch (t.layout) {
+      case HfLayout::same:
+        out.push_back({t.hf_name, dtype, info.full_shape, encode(values, info.numel, dtype)});
+        break;
+      case HfLayout::transposed: {
+        const int64_t rows = info.full_shape.at(0), cols = info.full_shape.at(1);
+        const std::vector<bf16> transposed_values = transposed(values, rows, cols);
+        out.push_back(
+            {t.hf_name, dtype, {cols, rows}, encode(transposed_values.data(), info.numel, dtype)});
+        break;
+      }
+      case HfLayout::vocab_rows: {
+        const int64_t cols = info.full_shape.at(1);
+        COLLAGE_CHECK(info.full_shape.at(0) >= c.vocab_size,
+                      "{}: '{}' has {} rows, fewer than the {} of model.vocab_size", weights.path,
+                      t.name, info.full_shape.at(0), c.vocab_size);
+        out.push_back({t.hf_name,
+                       dtype,
+                       {c.vocab_size, cols},
+                       encode(values, int64_t{c.vocab_size} * cols, dtype)});
+        break;
+      }
+    }
   }
-  copy("transformer.ln_f.weight", "ln_f.weight");
-  copy("transformer.ln_f.bias", "ln_f.bias");
-  if (!c.tie_embeddings) vocab_rows("lm_head.weight", "lm_head.weight");
-  // Every parameter has gone somewhere: a parameter added to the GPT must be mapped here.
+  // Every parameter has gone somewhere: a parameter added to a model must be named there.
   COLLAGE_CHECK(used.size() == weights.table.size(),
-                "{}: {} of the model's {} parameters have no GPT-2 name", weights.path,
-                weights.table.size() - used.size(), weights.table.size());
+                "{}: {} of the model's {} parameters have no {} name", weights.path,
+                weights.table.size() - used.size(), weights.table.size(), naming.model_class);
   return out;
 }
 
@@ -259,7 +222,7 @@ std::vector<SafetensorsTensor> export_tensors(const CheckpointWeights& weights, 
                   weights.values.size());
     by_name[info.name] = &info;
   }
-  if (naming == ExportNaming::hf_gpt2) return hf_gpt2_tensors(weights, by_name, dtype);
+  if (naming == ExportNaming::hf_gpt2) return hf_tensors(weights, by_name, dtype);
   std::vector<SafetensorsTensor> out;
   for (const ParameterInfo& info : weights.table)
     out.push_back({info.name, dtype, info.full_shape,
@@ -400,7 +363,7 @@ void copy_tokenizer_files(const fs::path& staging, const Config& config, ExportR
     const char* name;  // in DIR
   };
   std::vector<TokenizerFile> tokenizer;
-  if (!is_encoder(config.model)) {
+  if (architecture(config.model).tokenizer == TokenizerKind::gpt2_bpe) {
     tokenizer = {{"data.vocab_file", data.vocab_file, "vocab.json"},
                  {"data.merges_file", data.merges_file, "merges.txt"}};
   } else {

@@ -13,10 +13,12 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_info.h"
 #include "checkpoint/training_checkpoint.h"
+#include "config/architecture.h"
 #include "core/error.h"
 #include "data/megatron/prepare_gpt.h"
 #include "data/text/gpt2_tokenizer.h"
 #include "dist/backend_choice.h"
+#include "model/model_family.h"
 
 namespace collage {
 namespace {
@@ -94,7 +96,8 @@ int32_t sample_token(const float* logits, int vocab, const SamplingOptions& opti
 GptSampler::GptSampler(const ModelConfig& config, Backend& backend, int window)
     : backend_(backend), window_(window) {
   COLLAGE_CHECK(window >= 1, "GptSampler: window {} < 1", window);
-  model_ = std::make_unique<GPT>(config, backend, /*micro_batch=*/1, window);
+  model_ = make_causal_lm(config, backend,
+                          ModelShape{.micro_batch = 1, .seq_len = window, .max_predictions = 1});
   tokens_.resize(size_t(window));
   row_.resize(size_t(config.padded_vocab(1)));
 }
@@ -106,7 +109,9 @@ std::vector<float> GptSampler::next_token_logits(const std::vector<int32_t>& con
   const int n = int(std::min<size_t>(context.size(), size_t(window_)));
   std::copy(context.end() - n, context.end(), tokens_.begin());
   std::fill(tokens_.begin() + n, tokens_.end(), 0);  // after the last real token: not seen by it
-  model_->forward(tokens_.data(), nullptr, 1);
+  Batch batch;                                       // no targets: the logits only
+  batch.input_ids = tokens_.data();
+  model_->forward(batch, 1);
   backend_.copy_to_host(row_.data(), model_->logits() + int64_t(n - 1) * Vp,
                         size_t(Vp) * sizeof(bf16));
   std::vector<float> logits(static_cast<size_t>(vocab));
@@ -256,12 +261,12 @@ GenerateResult generate_text(const GenerateOptions& options, std::FILE* out) {
   const CheckpointInfo info = read_checkpoint_info(result.checkpoint);
   const Config& config = info.config;
   result.step = info.step;
-  COLLAGE_CHECK(!is_encoder(config.model),
+  const Architecture& arch = architecture(config.model);
+  COLLAGE_CHECK(arch.objective == Objective::next_token,
                 "{}: a {} model (model.arch: {}): collage generate continues text with a GPT "
                 "(a decoder); an encoder fills in masked tokens. Evaluate it with `collage eval "
                 "CONFIG --checkpoint {}`",
-                result.checkpoint, config.model.arch == "bert" ? "BERT" : "RoBERTa",
-                config.model.arch, options.checkpoint);
+                result.checkpoint, arch.title, config.model.arch, options.checkpoint);
   const Gpt2Tokenizer tokenizer = load_tokenizer(options, config);
   const int vocab = std::min(config.model.vocab_size, tokenizer.vocab_size());
   result.prompt_tokens = encode_prompt(options.prompt, tokenizer, config.model.vocab_size);

@@ -23,7 +23,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "model/gpt.h"
+#include "model/language_model.h"
 
 namespace collage {
 
@@ -37,12 +37,12 @@ struct SamplingOptions {
 int32_t sample_token(const float* logits, int vocab, const SamplingOptions& options,
                      std::mt19937_64& rng);
 
-// A tp = 1 GPT of one sequence of `window` positions, for generation.
+// A tp = 1 causal language model (a GPT) of one sequence of `window` positions, for generation.
 class GptSampler {
  public:
   GptSampler(const ModelConfig& config, Backend& backend, int window);
 
-  GPT& model() { return *model_; }
+  CausalLanguageModel& model() { return *model_; }
   int window() const { return window_; }
 
   // The logits of the last token of `context` (non-empty), over the first `vocab` ids, after a
@@ -52,7 +52,7 @@ class GptSampler {
  private:
   Backend& backend_;
   int window_;
-  std::unique_ptr<GPT> model_;
+  std::unique_ptr<CausalLanguageModel> model_;
   std::vector<int32_t> tokens_;  // (window)
   std::vector<bf16> row_;        // one row of logits: the padded vocabulary
 };

@@ -1,11 +1,15 @@
 #pragma once
-// A training task: what the training loop (trainer.cpp) leaves to the architecture — the data,
+// A training task: what the training loop (trainer.cpp) leaves to the objective — the data,
 // the model's forward and backward with the loss's gradient scale, and validation. The loop
 // owns everything that is the same for every model: gradient reduction over the ranks,
-// clipping, the schedule, the optimizer step, logging, checkpoints.
+// clipping, the schedule, the optimizer step, logging, checkpoints. There is one task per
+// objective (config/architecture.h), not per architecture: a task asks the model family for
+// its model (src/model/model_family.h), so a new architecture with an existing objective
+// needs no task of its own.
 //
-//   GPT          (gpt_task.cpp)      Megatron .bin/.idx samples, next-token loss
-//   BERT/RoBERTa (encoder_task.cpp)  HDF5 shards, masked-LM (+ next-sentence) loss
+//   next_token (next_token_task.cpp)  Megatron .bin/.idx samples, next-token loss (GPT)
+//   masked_lm  (masked_lm_task.cpp)   HDF5 shards, masked-LM (+ next-sentence) loss (BERT,
+//                                     RoBERTa)
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -49,14 +53,14 @@ class TrainingTask {
 
 // Loads the data (rank 0 first: it prepares a corpus the config asks for, the others then
 // read it), builds the model for this rank's place in `parallel` and returns the task of
-// config.model.arch. Weights start at zero: the trainer initialises or loads them.
+// config.model.arch's objective. Weights start at zero: the trainer initialises or loads them.
 std::unique_ptr<TrainingTask> make_training_task(const Config& config, Backend& backend,
                                                  ParallelRun& parallel);
 
 // The two tasks (make_training_task picks one).
-std::unique_ptr<TrainingTask> make_gpt_task(const Config& config, Backend& backend,
-                                            ParallelRun& parallel);
-std::unique_ptr<TrainingTask> make_encoder_task(const Config& config, Backend& backend,
-                                                ParallelRun& parallel);
+std::unique_ptr<TrainingTask> make_next_token_task(const Config& config, Backend& backend,
+                                                   ParallelRun& parallel);
+std::unique_ptr<TrainingTask> make_masked_lm_task(const Config& config, Backend& backend,
+                                                  ParallelRun& parallel);
 
 }  // namespace collage

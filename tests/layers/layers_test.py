@@ -8,6 +8,9 @@ Three rules, over every file under src/ and kernels/:
      includes a file of library B needs B to be A or among A's dependencies in CMake
      (generated/link_graph.json, written by CMakeLists.txt), directly or through others.
   3. Every folder of source files has a README.md that says what it owns.
+  4. Only the registry of architectures (src/config/architecture.cpp) names them: no other
+     file compares model.arch or calls a model "an encoder" to branch on it. The rest asks
+     the registry's facts (docs/ARCHITECTURE.md, "Architectures").
 
 Usage: layers_test.py --source DIR --link-graph BUILD/generated/link_graph.json
 """
@@ -19,6 +22,10 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# A branch on the architecture's name: `arch ==`, `arch !=` (also `.arch ==` and `m.arch !=`),
+# a string literal naming one in a comparison, or the old is_encoder().
+ARCH_BRANCH = re.compile(r'\barch\s*[!=]=|[!=]=\s*"(?:gpt|bert|roberta)"|\bis_encoder\b')
+REGISTRY = "src/config/architecture.cpp"
 
 
 def source_files(root):
@@ -112,6 +119,11 @@ def main():
             continue
         with open(os.path.join(root, path), encoding="utf-8") as f:
             text = f.read()
+        if path != REGISTRY:
+            for number, line in enumerate(text.splitlines(), 1):
+                if ARCH_BRANCH.search(line.split("//")[0]):
+                    failures.append(f"{path}:{number}: branches on the architecture's name "
+                                    f"({line.strip()}); ask {REGISTRY}'s facts")
         library = library_of(path)
         if library is None:
             failures.append(f"{path}: in no library of link_graph.json")

@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "checkpoint/checkpoint_info.h"
 #include "checkpoint/training_checkpoint.h"
+#include "model/gpt.h"
 #include "tiny_run.h"
 #include "train/trainer.h"
 

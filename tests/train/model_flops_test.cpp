@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "config/architecture.h"
 #include "config/config.h"
 #include "model/trainable_model.h"
 
@@ -28,7 +29,7 @@ struct TableShares {
 TableShares shares_from_table(const ModelConfig& m) {
   TableShares s;
   const double vocab_scale = double(m.vocab_size) / m.padded_vocab();
-  const bool encoder = is_encoder(m);
+  const bool encoder = architecture(m).family == ModelFamily::bert;  // bert.h's names
   for (const ParameterInfo& info : model_parameter_table(m)) {
     const std::string& name = info.name;
     const bool vocab_rows = name == "wte.weight" || name == "lm_head.weight" ||

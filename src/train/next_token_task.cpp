@@ -1,12 +1,14 @@
-// The GPT's training task (training_task.h): (seq_len + 1)-token windows from the Megatron
-// datasets of training_data.h, Megatron's pretraining sampler over the data-parallel ranks,
-// the next-token loss averaged over every token of the global batch.
+// The next-token training task (training_task.h) of a causal language model such as the GPT:
+// (seq_len + 1)-token windows from the Megatron datasets of training_data.h, Megatron's
+// pretraining sampler over the data-parallel ranks, the next-token loss averaged over every
+// token of the global batch.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
+#include "config/architecture.h"
 #include "data/megatron/pretraining_sampler.h"
-#include "model/gpt.h"
+#include "model/model_family.h"
 #include "plan/memory_plan.h"
 #include "train/training_data.h"
 #include "train/training_task.h"
@@ -14,9 +16,9 @@
 namespace collage {
 namespace {
 
-class GptTask : public TrainingTask {
+class NextTokenTask : public TrainingTask {
  public:
-  GptTask(const Config& config, Backend& backend, ParallelRun& parallel)
+  NextTokenTask(const Config& config, Backend& backend, ParallelRun& parallel)
       : config_(config), parallel_(parallel), layout_(parallel.layout()) {
     const TrainingConfig& tc = config.training;
     const int B = tc.micro_batch_size, T = config.data.seq_len;
@@ -25,9 +27,9 @@ class GptTask : public TrainingTask {
       data_ = load_training_data(config, tc.max_steps * tc.global_batch_size,
                                  std::max<int64_t>(1, int64_t(tc.eval_iters) * B * eval_count));
     });
-    model_ = std::make_unique<GPT>(config.model, backend, B, T,
-                                   ParallelLayout{layout_.tp, layout_.tp_rank}, &parallel.tp(),
-                                   zero_memory_multiple(layout_.dp, layout_.zero));
+    model_ = make_causal_lm(config.model, backend, model_shape(config),
+                            {ParallelLayout{layout_.tp, layout_.tp_rank}, &parallel.tp(),
+                             zero_memory_multiple(layout_.dp, layout_.zero)});
     window_.resize(T + 1);
     tokens_.resize(int64_t(B) * T);
     targets_.resize(int64_t(B) * T);
@@ -49,7 +51,7 @@ class GptTask : public TrainingTask {
       load_batch(data_.train, micro_batch_sample_indices(consumed_samples, B, layout_.dp,
                                                          layout_.dp_rank, data_.train.size));
       consumed_samples += int64_t(B) * layout_.dp;
-      loss_sum += model_->forward(tokens_.data(), targets_.data(), B).sum;
+      loss_sum += model_->forward(batch(), B).sum;
       model_->backward(dloss);
     }
     parallel_.host_dp().all_reduce_sum(&loss_sum, 1);
@@ -67,7 +69,7 @@ class GptTask : public TrainingTask {
       std::vector<int64_t> indices(B);
       for (int b = 0; b < B; b++) indices[b] = int64_t(i) * B + b;
       load_batch(data_.valid, indices);
-      const GPT::Loss loss = model_->forward(tokens_.data(), targets_.data(), B);
+      const CausalLanguageModel::Loss loss = model_->forward(batch(), B);
       sums[0] += loss.sum;
       sums[1] += double(loss.count);
     }
@@ -76,6 +78,8 @@ class GptTask : public TrainingTask {
   }
 
  private:
+  Batch batch() const { return {.input_ids = tokens_.data(), .targets = targets_.data()}; }
+
   // Fills tokens/targets (B, T) from samples `indices` of a split.
   void load_batch(const SampleSet& split, const std::vector<int64_t>& indices) {
     const int T = config_.data.seq_len;
@@ -90,21 +94,26 @@ class GptTask : public TrainingTask {
   ParallelRun& parallel_;
   const RankLayout& layout_;
   TrainingData data_;
-  std::unique_ptr<GPT> model_;
+  std::unique_ptr<CausalLanguageModel> model_;
   std::vector<int32_t> window_, tokens_, targets_;  // (T + 1), (B, T), (B, T)
 };
 
 }  // namespace
 
-std::unique_ptr<TrainingTask> make_gpt_task(const Config& config, Backend& backend,
-                                            ParallelRun& parallel) {
-  return std::make_unique<GptTask>(config, backend, parallel);
+std::unique_ptr<TrainingTask> make_next_token_task(const Config& config, Backend& backend,
+                                                   ParallelRun& parallel) {
+  return std::make_unique<NextTokenTask>(config, backend, parallel);
 }
 
 std::unique_ptr<TrainingTask> make_training_task(const Config& config, Backend& backend,
                                                  ParallelRun& parallel) {
-  return is_encoder(config.model) ? make_encoder_task(config, backend, parallel)
-                                  : make_gpt_task(config, backend, parallel);
+  switch (architecture(config.model).objective) {
+    case Objective::next_token:
+      return make_next_token_task(config, backend, parallel);
+    case Objective::masked_lm:
+      return make_masked_lm_task(config, backend, parallel);
+  }
+  fail("model.arch {}: no training task", config.model.arch);
 }
 
 }  // namespace collage

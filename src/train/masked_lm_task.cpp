@@ -1,4 +1,4 @@
-// The BERT / RoBERTa training task (training_task.h).
+// The masked-LM training task (training_task.h) of the encoders, BERT and RoBERTa.
 //
 // Data. data.hdf5_train (and data.hdf5_valid) are BERT pretraining HDF5 shards
 // (src/data/bert/bert_hdf5.h), read as the stream of src/data/bert/bert_shards.h: sample k of the
@@ -17,21 +17,23 @@
 // Dropout. The masks of a micro-batch are keyed by (dropout seed, the stream index of its first
 // sample): a resumed run, and any layout, draws the same masks for the same samples.
 //
-// RoBERTa. No token types and no NSP: the files' segment ids and next-sentence labels are
-// ignored, padding ids become model.pad_token_id, and with data.dynamic_masking each row's masks
-// are drawn anew from its stream position (src/data/bert/dynamic_masking.h), the file's undone.
+// RoBERTa (no next-sentence head, config/architecture.h). No token types and no NSP: the files'
+// segment ids and next-sentence labels are ignored, padding ids become model.pad_token_id, and with
+// data.dynamic_masking each row's masks are drawn anew from its stream position
+// (src/data/bert/dynamic_masking.h), the file's undone.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <optional>
 
+#include "config/architecture.h"
 #include "core/error.h"
 #include "core/splitmix64.h"
 #include "data/bert/bert_shards.h"
 #include "data/bert/dynamic_masking.h"
 #include "data/bert/prepare_bert.h"
-#include "model/bert.h"
+#include "model/model_family.h"
 #include "plan/memory_plan.h"
 #include "train/training_task.h"
 
@@ -98,13 +100,13 @@ std::string describe(const BertShardSet& shards) {
                      shards.num_samples());
 }
 
-class EncoderTask : public TrainingTask {
+class MaskedLmTask : public TrainingTask {
  public:
-  EncoderTask(const Config& config, Backend& backend, ParallelRun& parallel)
+  MaskedLmTask(const Config& config, Backend& backend, ParallelRun& parallel)
       : config_(config),
         parallel_(parallel),
         layout_(parallel.layout()),
-        bert_(config.model.arch == "bert") {
+        next_sentence_(architecture(config.model).next_sentence) {
     const DataConfig& data = config.data;
     const TrainingConfig& tc = config.training;
     COLLAGE_CHECK(tc.eval_interval == 0 || !data.hdf5_valid.empty(),
@@ -123,10 +125,9 @@ class EncoderTask : public TrainingTask {
     masking_.special = data.special_token_ids;
     masking_.seed = splitmix64(data.seed ^ 0x6d61736b /* "mask" */);
     dropout_seed_ = splitmix64(tc.seed ^ 0x64726f70 /* "drop" */);
-    model_ =
-        std::make_unique<BERT>(config.model, backend, tc.micro_batch_size, data.seq_len,
-                               data.max_predictions, ParallelLayout{layout_.tp, layout_.tp_rank},
-                               &parallel.tp(), zero_memory_multiple(layout_.dp, layout_.zero));
+    model_ = make_masked_lm(config.model, backend, model_shape(config),
+                            {ParallelLayout{layout_.tp, layout_.tp_rank}, &parallel.tp(),
+                             zero_memory_multiple(layout_.dp, layout_.zero)});
   }
 
   TrainableModel& model() override { return *model_; }
@@ -164,7 +165,7 @@ class EncoderTask : public TrainingTask {
       const int64_t first_sample = consumed_samples + int64_t(layout_.dp_rank) * B;
       consumed_samples += int64_t(B) * layout_.dp;
       read(*train_reader_);
-      const BERT::Loss loss =
+      const MaskedLanguageModel::Loss loss =
           model_->forward(inputs(), B, /*dropout=*/true, dropout_seed_, uint64_t(first_sample));
       // A micro-batch without labelled tokens (possible with dynamic masking of very short
       // rows) adds nothing to the MLM mean.
@@ -179,7 +180,7 @@ class EncoderTask : public TrainingTask {
     const double mlm_loss = means[0] / G, nsp_loss = means[1] / G;
     figures.loss = mlm_loss + nsp_loss;
     figures.metrics = {{"mlm_loss", mlm_loss}};
-    if (bert_) {
+    if (next_sentence_) {
       figures.metrics["nsp_loss"] = nsp_loss;
       figures.text = fmt::format(" (mlm {:.4f} nsp {:.4f})", mlm_loss, nsp_loss);
     }
@@ -200,10 +201,10 @@ class EncoderTask : public TrainingTask {
     double sums[6] = {0, 0, 0, 0, 0, 0};
     for (int i = layout_.dp_rank; i < batches; i += layout_.dp) {
       read(*valid_reader_);
-      const BERT::Loss loss = model_->forward(inputs(), B, /*dropout=*/false);
+      const MaskedLanguageModel::Loss loss = model_->forward(inputs(), B, /*dropout=*/false);
       sums[0] += loss.mlm_sum, sums[1] += double(loss.mlm_count);
       sums[2] += double(model_->mlm_correct());
-      if (bert_) {
+      if (next_sentence_) {
         sums[3] += loss.nsp_sum, sums[4] += double(loss.nsp_count);
         sums[5] += double(model_->nsp_correct());
       }
@@ -215,7 +216,7 @@ class EncoderTask : public TrainingTask {
     figures.loss = mlm_loss;
     figures.metrics = {{"val_mlm_loss", mlm_loss}, {"val_mlm_accuracy", mlm_accuracy}};
     figures.text = fmt::format(" (mlm {:.4f}, accuracy {:.1f}%", mlm_loss, 100 * mlm_accuracy);
-    if (bert_) {
+    if (next_sentence_) {
       const double nsp_loss = sums[3] / std::max(sums[4], 1.0);
       const double nsp_accuracy = sums[5] / std::max(sums[4], 1.0);
       figures.loss += nsp_loss;
@@ -231,8 +232,9 @@ class EncoderTask : public TrainingTask {
   // The reader's next micro-batch of this rank, made ready for the model.
   void read(BertShardReader& reader) {
     reader.next(batch_, &rows_);
-    if (bert_) return;
-    // RoBERTa: one token type, no NSP; padding at pad_token_id as the reference model expects.
+    if (next_sentence_) return;
+    // Without a next-sentence head (RoBERTa): one token type, padding at pad_token_id as the
+    // reference model expects, and the masks drawn anew with data.dynamic_masking.
     std::fill(batch_.segment_ids.begin(), batch_.segment_ids.end(), 0);
     for (size_t i = 0; i < batch_.input_ids.size(); i++)
       if (batch_.input_mask[i] == 0) batch_.input_ids[i] = config_.model.pad_token_id;
@@ -241,36 +243,36 @@ class EncoderTask : public TrainingTask {
         remask_row(batch_, b, masking_, rows_[b].epoch, rows_[b].sample_in_epoch);
   }
 
-  BertInputs inputs() const {
-    BertInputs in;
+  Batch inputs() const {
+    Batch in;
     in.input_ids = batch_.input_ids.data();
     in.input_mask = batch_.input_mask.data();
     in.segment_ids = batch_.segment_ids.data();
     in.masked_lm_positions = batch_.masked_positions.data();
     in.masked_lm_ids = batch_.masked_ids.data();
-    in.next_sentence_labels = bert_ ? batch_.next_sentence_labels.data() : nullptr;
+    in.next_sentence_labels = next_sentence_ ? batch_.next_sentence_labels.data() : nullptr;
     return in;
   }
 
   const Config& config_;
   ParallelRun& parallel_;
   const RankLayout& layout_;
-  const bool bert_;  // BERT (MLM + NSP) rather than RoBERTa (MLM)
+  const bool next_sentence_;  // BERT (MLM + NSP) rather than RoBERTa (MLM)
   std::shared_ptr<const BertShardSet> train_, valid_;
   std::optional<BertShardReader> train_reader_, valid_reader_;
   int64_t last_epoch_ = -1;
   DynamicMasking masking_;
   uint64_t dropout_seed_ = 0;
-  std::unique_ptr<BERT> model_;
+  std::unique_ptr<MaskedLanguageModel> model_;
   BertBatch batch_;
   std::vector<BertDataPosition> rows_;  // the stream position of each row of batch_
 };
 
 }  // namespace
 
-std::unique_ptr<TrainingTask> make_encoder_task(const Config& config, Backend& backend,
-                                                ParallelRun& parallel) {
-  return std::make_unique<EncoderTask>(config, backend, parallel);
+std::unique_ptr<TrainingTask> make_masked_lm_task(const Config& config, Backend& backend,
+                                                  ParallelRun& parallel) {
+  return std::make_unique<MaskedLmTask>(config, backend, parallel);
 }
 
 }  // namespace collage
