@@ -114,46 +114,29 @@ inline double min(double a, float b) { return std::fmin(a, double(b)); }
 inline double max(double a, float b) { return std::fmax(a, double(b)); }
 
 // ---- loads and stores with cache hints: plain accesses on the host ----
-template <typename T>
-inline T __ldg(const T* p) {
-  return *p;
-}
-template <typename T>
-inline T __ldcg(const T* p) {
-  return *p;
-}
-template <typename T>
-inline T __ldca(const T* p) {
-  return *p;
-}
-template <typename T>
-inline T __ldcs(const T* p) {
-  return *p;
-}
-template <typename T>
-inline T __ldlu(const T* p) {
-  return *p;
-}
-template <typename T>
-inline T __ldcv(const T* p) {
-  return *p;
-}
-template <typename T>
-inline void __stcg(T* p, T v) {
-  *p = v;
-}
-template <typename T>
-inline void __stcs(T* p, T v) {
-  *p = v;
-}
-template <typename T>
-inline void __stwb(T* p, T v) {
-  *p = v;
-}
-template <typename T>
-inline void __stwt(T* p, T v) {
-  *p = v;
-}
+// Each hint only steers the GPU's caches, so every one of them is the same plain access here.
+#define SIMT_PLAIN_LOAD(name) \
+  template <typename T>       \
+  inline T name(const T* p) { \
+    return *p;                \
+  }
+#define SIMT_PLAIN_STORE(name)  \
+  template <typename T>         \
+  inline void name(T* p, T v) { \
+    *p = v;                     \
+  }
+SIMT_PLAIN_LOAD(__ldg)
+SIMT_PLAIN_LOAD(__ldcg)
+SIMT_PLAIN_LOAD(__ldca)
+SIMT_PLAIN_LOAD(__ldcs)
+SIMT_PLAIN_LOAD(__ldlu)
+SIMT_PLAIN_LOAD(__ldcv)
+SIMT_PLAIN_STORE(__stcg)
+SIMT_PLAIN_STORE(__stcs)
+SIMT_PLAIN_STORE(__stwb)
+SIMT_PLAIN_STORE(__stwt)
+#undef SIMT_PLAIN_LOAD
+#undef SIMT_PLAIN_STORE
 
 // ---- fences and atomics ----
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }

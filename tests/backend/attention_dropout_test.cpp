@@ -36,34 +36,15 @@ TYPED_TEST(AttentionDropoutTest, ForwardAndBackwardMatchFloat64) {
       const uint64_t offset = uint64_t(rng.integer(0, 1 << 20));
       SCOPED_TRACE(::testing::Message() << "T=" << c.T << " causal=" << c.causal
                                         << " masked=" << c.masked << " p=" << p);
-      const int C = c.NH * c.HS;
-      const auto qkv = random_values<S>(rng, qkv_size(c));
-      const auto mask = random_mask(rng, c);
-      const auto dout = random_values<S>(rng, size_t(c.B) * c.T * C);
-      const auto dqkv0 = random_values<S>(rng, qkv.size());
-      DeviceBuffer<S, BackendT<S>> d_qkv(*backend, qkv), d_out(*backend, dout.size()),
-          d_dout(*backend, dout), d_dqkv(*backend, dqkv0);
-      DeviceBuffer<float, BackendT<S>> d_lse(*backend, size_t(c.B) * c.NH * c.T);
-      DeviceBuffer<int32_t, BackendT<S>> d_mask(*backend, mask);
-      const int32_t* key_mask = c.masked ? d_mask.get() : nullptr;
-      backend->attention_forward_dropout(d_out.get(), d_lse.get(), d_qkv.get(), key_mask, c.causal,
-                                         c.B, c.T, c.NH, c.HS, p, seed, offset);
-      backend->attention_backward_dropout(d_dqkv.get(), d_dout.get(), d_out.get(), d_qkv.get(),
-                                          d_lse.get(), key_mask, c.causal, c.B, c.T, c.NH, c.HS, p,
-                                          seed, offset);
-
-      const Reference r = reference(c, to_double(qkv), mask, to_double(dout), p, seed, offset);
-      expect_close(to_double(d_lse.download()), r.lse, 1e-5, 1e-5, "lse");
-      const double v_scale = max_abs(to_double(qkv));
-      expect_close(to_double(d_out.download()), r.out, result_rel<S>(), 1e-5 * v_scale, "out");
-      auto want = to_double(dqkv0);
-      for (size_t j = 0; j < want.size(); j++) want[j] += r.dqkv[j];
-      const auto got = to_double(d_dqkv.download());
-      for (size_t j = 0; j < got.size(); j++) {
-        ASSERT_NEAR(got[j], want[j],
-                    result_rel<S>() * std::fabs(want[j]) + 1e-5 * (r.dqkv_scale[j] + 1e-3))
-            << "dqkv[" << j << "]";
-      }
+      const AttentionInputs<S> in(*backend, rng, c);
+      backend->attention_forward_dropout(in.d_out.get(), in.d_lse.get(), in.d_qkv.get(),
+                                         in.key_mask, c.causal, c.B, c.T, c.NH, c.HS, p, seed,
+                                         offset);
+      backend->attention_backward_dropout(in.d_dqkv.get(), in.d_dout.get(), in.d_out.get(),
+                                          in.d_qkv.get(), in.d_lse.get(), in.key_mask, c.causal,
+                                          c.B, c.T, c.NH, c.HS, p, seed, offset);
+      in.expect_matches(
+          reference(c, to_double(in.qkv), in.mask, to_double(in.dout), p, seed, offset));
     }
   }
 }

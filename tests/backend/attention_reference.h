@@ -2,7 +2,8 @@
 // The float64 attention both attention tests compare against (attention_test.cpp,
 // attention_dropout_test.cpp): dropout(softmax(S))·v and its gradient written out loop by loop,
 // the mask drawn from the independent Philox of philox_reference.h. p = 0 keeps every
-// probability with weight exactly 1, which is plain attention.
+// probability with weight exactly 1, which is plain attention. Also the random inputs and the
+// comparison with the reference that both tests run (AttentionInputs).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -100,5 +101,49 @@ inline Reference reference(const AttentionCase& c, const std::vector<double>& qk
   }
   return r;
 }
+
+// One case's random inputs in `backend`, drawn from `rng` in this order: qkv, the key mask,
+// dout, and the dqkv0 the backward accumulates into; with the out and lse the forward writes.
+template <typename S>
+struct AttentionInputs {
+  AttentionInputs(BackendT<S>& backend, Rng& rng, const AttentionCase& c)
+      : qkv(random_values<S>(rng, qkv_size(c))),
+        mask(random_mask(rng, c)),
+        dout(random_values<S>(rng, size_t(c.B) * c.T * c.NH * c.HS)),
+        dqkv0(random_values<S>(rng, qkv.size())),
+        d_qkv(backend, qkv),
+        d_out(backend, dout.size()),
+        d_dout(backend, dout),
+        d_dqkv(backend, dqkv0),
+        d_lse(backend, size_t(c.B) * c.NH * c.T),
+        d_mask(backend, mask),
+        key_mask(c.masked ? d_mask.get() : nullptr) {}
+
+  // The run's lse, out and dqkv against the float64 reference `r` of the same inputs: lse
+  // within 1e-5 (fp32 dot products of HS terms, exp to ~1e-7); out one rounding plus 1e-5·max|v|
+  // (fp32 error ~1e-6 of max|v|, the weights summing to at most 1/(1 - p)); dqkv = old +
+  // gradient, one rounding plus 1e-5 of each entry's Σ|terms|.
+  void expect_matches(const Reference& r) const {
+    expect_close(to_double(d_lse.download()), r.lse, 1e-5, 1e-5, "lse");
+    const double v_scale = max_abs(to_double(qkv));
+    expect_close(to_double(d_out.download()), r.out, result_rel<S>(), 1e-5 * v_scale, "out");
+    auto want = to_double(dqkv0);
+    for (size_t j = 0; j < want.size(); j++) want[j] += r.dqkv[j];
+    const auto got = to_double(d_dqkv.download());
+    for (size_t j = 0; j < got.size(); j++) {
+      ASSERT_NEAR(got[j], want[j],
+                  result_rel<S>() * std::fabs(want[j]) + 1e-5 * (r.dqkv_scale[j] + 1e-3))
+          << "dqkv[" << j << "]";
+    }
+  }
+
+  const std::vector<S> qkv;          // (B, T, 3C)
+  const std::vector<int32_t> mask;   // (B, T)
+  const std::vector<S> dout, dqkv0;  // (B, T, C), (B, T, 3C)
+  DeviceBuffer<S, BackendT<S>> d_qkv, d_out, d_dout, d_dqkv;
+  DeviceBuffer<float, BackendT<S>> d_lse;  // (B, NH, T)
+  DeviceBuffer<int32_t, BackendT<S>> d_mask;
+  const int32_t* key_mask;  // d_mask, null when the case is not masked
+};
 
 }  // namespace collage::test

@@ -26,36 +26,13 @@ TYPED_TEST(AttentionTest, ForwardAndBackwardMatchFloat64) {
   for (const AttentionCase& c : kCases) {
     SCOPED_TRACE(::testing::Message()
                  << "T=" << c.T << " causal=" << c.causal << " masked=" << c.masked);
-    const int C = c.NH * c.HS;
-    const auto qkv = random_values<S>(rng, qkv_size(c));
-    const auto mask = random_mask(rng, c);
-    const auto dout = random_values<S>(rng, size_t(c.B) * c.T * C);
-    const auto dqkv0 = random_values<S>(rng, qkv.size());
-    DeviceBuffer<S, BackendT<S>> d_qkv(*backend, qkv), d_out(*backend, dout.size()),
-        d_dout(*backend, dout), d_dqkv(*backend, dqkv0);
-    DeviceBuffer<float, BackendT<S>> d_lse(*backend, size_t(c.B) * c.NH * c.T);
-    DeviceBuffer<int32_t, BackendT<S>> d_mask(*backend, mask);
-    const int32_t* key_mask = c.masked ? d_mask.get() : nullptr;
-    backend->attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), key_mask, c.causal, c.B, c.T,
-                               c.NH, c.HS);
-    backend->attention_backward(d_dqkv.get(), d_dout.get(), d_out.get(), d_qkv.get(), d_lse.get(),
-                                key_mask, c.causal, c.B, c.T, c.NH, c.HS);
-
-    const Reference r = reference(c, to_double(qkv), mask, to_double(dout));
-    // lse is fp32 (scores are fp32 dot products of HS terms, exp to ~1e-7): 1e-5.
-    expect_close(to_double(d_lse.download()), r.lse, 1e-5, 1e-5, "lse");
-    // out: one rounding; its fp32 error is ~1e-6 of max|v| (probabilities sum to 1).
-    const double v_scale = max_abs(to_double(qkv));
-    expect_close(to_double(d_out.download()), r.out, result_rel<S>(), 1e-5 * v_scale, "out");
-    // dqkv = old + gradient, one rounding; fp32 error ~1e-6 of each entry's Σ|terms|.
-    auto want = to_double(dqkv0);
-    for (size_t j = 0; j < want.size(); j++) want[j] += r.dqkv[j];
-    const auto got = to_double(d_dqkv.download());
-    for (size_t j = 0; j < got.size(); j++) {
-      ASSERT_NEAR(got[j], want[j],
-                  result_rel<S>() * std::fabs(want[j]) + 1e-5 * (r.dqkv_scale[j] + 1e-3))
-          << "dqkv[" << j << "]";
-    }
+    const AttentionInputs<S> in(*backend, rng, c);
+    backend->attention_forward(in.d_out.get(), in.d_lse.get(), in.d_qkv.get(), in.key_mask,
+                               c.causal, c.B, c.T, c.NH, c.HS);
+    backend->attention_backward(in.d_dqkv.get(), in.d_dout.get(), in.d_out.get(), in.d_qkv.get(),
+                                in.d_lse.get(), in.key_mask, c.causal, c.B, c.T, c.NH, c.HS);
+    // Tolerances: AttentionInputs::expect_matches (attention_reference.h).
+    in.expect_matches(reference(c, to_double(in.qkv), in.mask, to_double(in.dout)));
   }
 }
 

@@ -13,39 +13,19 @@
 #include "../../kernels/kernels.cuh"
 #include "backend/cuda/runtime/runtime.h"
 #include "cuda_test_util.h"
+#include "elementwise_inputs.h"
 
 namespace collage::test {
 namespace {
 
 constexpr int64_t kSizes[] = {1, 7, 8, 33, 1000, 1024, 4099, 4096};
-constexpr int kOffsets[] = {0, 1};
-constexpr int kGuard = 9;  // elements after the n elements
-
-std::string label(const char* op, int64_t n, int offset) {
-  return std::string(op) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
-}
-
-// n random values ~ N(0, scale²) behind `offset` guard values and followed by kGuard.
-std::vector<bf16> padded_values(Rng& rng, int64_t n, int offset, double scale = 1.0) {
-  return random_values<bf16>(rng, size_t(n + offset + kGuard), scale);
-}
-
-// GELU inputs: N(0, 9) (both tails, where exp_approx clamps, and the centre) and some exact
-// values at fixed places: ±0, subnormals, and |x| large enough for sigmoid(2u) to saturate.
-std::vector<bf16> gelu_inputs(Rng& rng, int64_t n, int offset) {
-  std::vector<bf16> v = padded_values(rng, n, offset, 3.0);
-  const float specials[] = {0.0f, -0.0f, 1e-39f, -1e-39f, 12.0f, -12.0f, 60.0f, -60.0f};
-  for (size_t k = 0; k < std::size(specials) && k < size_t(n); k++)
-    v[offset + k * 3 % n] = float_to_bf16(specials[k]);
-  return v;
-}
 
 TEST(CudaElementwise, GeluForwardMatchesCpuBits) {
   BackendPair pair;
   Rng rng(11);
   for (int64_t n : kSizes) {
     for (int offset : kOffsets) {
-      const Mirrored<bf16> inp(pair, gelu_inputs(rng, n, offset));
+      const Mirrored<bf16> inp(pair, activation_inputs(rng, n, offset));
       const Mirrored<bf16> out(pair, padded_values(rng, n, offset));
       pair.cpu->gelu_forward(out.cpu() + offset, inp.cpu() + offset, n);
       pair.emulated->gelu_forward(out.emulated() + offset, inp.emulated() + offset, n);
@@ -59,7 +39,7 @@ TEST(CudaElementwise, GeluBackwardAccumulatesTheCpuBits) {
   Rng rng(12);
   for (int64_t n : kSizes) {
     for (int offset : kOffsets) {
-      const Mirrored<bf16> inp(pair, gelu_inputs(rng, n, offset));
+      const Mirrored<bf16> inp(pair, activation_inputs(rng, n, offset));
       const Mirrored<bf16> dout(pair, padded_values(rng, n, offset));
       const Mirrored<bf16> dinp(pair, padded_values(rng, n, offset));  // accumulated into
       pair.cpu->gelu_backward(dinp.cpu() + offset, inp.cpu() + offset, dout.cpu() + offset, n);

@@ -24,30 +24,12 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "elementwise_inputs.h"
 
 namespace collage::test {
 namespace {
 
 constexpr int64_t kSizes[] = {1, 7, 8, 33, 1000, 1024, 4099};
-constexpr int kOffsets[] = {0, 1};  // elements from the aligned start: 128-bit path, scalar path
-constexpr int kGuard = 9;
-
-std::string label(const char* op, int64_t n, int offset) {
-  return std::string(op) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
-}
-
-std::vector<bf16> padded(Rng& rng, int64_t n, int offset, double scale = 1.0) {
-  return random_values<bf16>(rng, size_t(n + offset + kGuard), scale);
-}
-
-// N(0, 9) with tails, ±0, subnormals and saturating values.
-std::vector<bf16> inputs(Rng& rng, int64_t n, int offset) {
-  std::vector<bf16> v = padded(rng, n, offset, 3.0);
-  const float specials[] = {0.0f, -0.0f, 1e-39f, -1e-39f, 12.0f, -12.0f, 60.0f, -60.0f};
-  for (size_t k = 0; k < std::size(specials) && k < size_t(n); k++)
-    v[offset + k * 3 % n] = float_to_bf16(specials[k]);
-  return v;
-}
 
 enum class Op { gelu_erf, tanh };
 
@@ -76,10 +58,11 @@ void check_forward_and_backward(Op op, uint64_t seed) {
   const char* name = op == Op::gelu_erf ? "gelu_erf" : "tanh";
   for (int64_t n : kSizes) {
     for (int offset : kOffsets) {
-      const std::vector<bf16> x0 = inputs(rng, n, offset), dx0 = padded(rng, n, offset);
-      const std::vector<bf16> dy0 = padded(rng, n, offset);
+      const std::vector<bf16> x0 = activation_inputs(rng, n, offset),
+                              dx0 = padded_values(rng, n, offset);
+      const std::vector<bf16> dy0 = padded_values(rng, n, offset);
       const Mirrored<bf16> inp(pair, x0);
-      const Mirrored<bf16> out(pair, padded(rng, n, offset));
+      const Mirrored<bf16> out(pair, padded_values(rng, n, offset));
       const Mirrored<bf16> dout(pair, dy0);
       const Mirrored<bf16> dinp(pair, dx0);
       for (Backend* backend : {pair.cpu.get(), pair.emulated.get()}) {

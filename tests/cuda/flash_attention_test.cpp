@@ -40,8 +40,6 @@ namespace {
 using Case = AttentionShape;
 const Case kCases[] = {{2, 37, 2, 64}, {1, 64, 1, 128}, {1, 130, 1, 64}, {1, 70, 2, 128}};
 
-constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-
 // Σ|term| of every output and gradient element (float64), laid out as out (B, T, C) and
 // dqkv (B, T, 3C); from_delta: what D's error can add to each dqkv element (point 3).
 struct TermSums {
@@ -158,35 +156,24 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
                << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS
                << " causal=" << causal << " masked=" << masked << " p=" << p);
   const int C = c.NH * c.HS;
-  const size_t qkv_count = size_t(c.B) * c.T * 3 * C, out_count = size_t(c.B) * c.T * C;
-  const size_t lse_count = size_t(c.B) * c.NH * c.T;
   const uint64_t seed = 0x5eed, offset = 0;
-  const auto qkv = random_values<bf16>(rng, qkv_count, 1.5);
-  const auto dout = random_values<bf16>(rng, out_count);
-  const auto dqkv0 = random_values<bf16>(rng, qkv_count, 0.05);
-  const auto mask = masked ? make_attention_mask(rng, c) : std::vector<int32_t>{};
-
-  Mirrored<bf16> x(pair, qkv), out(pair, out_count), dy(pair, dout), dx(pair, dqkv0);
-  Mirrored<float> lse(pair, lse_count);
-  Mirrored<int32_t> key_mask(pair, masked ? mask : std::vector<int32_t>(1));
-  const int32_t* mask_cpu = masked ? key_mask.cpu() : nullptr;
-  const int32_t* mask_cuda = masked ? key_mask.emulated() : nullptr;
+  const AttentionInputs in(pair, rng, c, masked);
   for (Backend* backend : {pair.cpu.get(), pair.emulated.get()}) {
     const bool cpu = backend == pair.cpu.get();
-    backend->attention_forward_dropout(cpu ? out.cpu() : out.emulated(),
-                                       cpu ? lse.cpu() : lse.emulated(),
-                                       cpu ? x.cpu() : x.emulated(), cpu ? mask_cpu : mask_cuda,
-                                       causal, c.B, c.T, c.NH, c.HS, p, seed, offset);
+    backend->attention_forward_dropout(
+        cpu ? in.out.cpu() : in.out.emulated(), cpu ? in.lse.cpu() : in.lse.emulated(),
+        cpu ? in.x.cpu() : in.x.emulated(), cpu ? in.mask_cpu : in.mask_emulated, causal, c.B, c.T,
+        c.NH, c.HS, p, seed, offset);
     backend->attention_backward_dropout(
-        cpu ? dx.cpu() : dx.emulated(), cpu ? dy.cpu() : dy.emulated(),
-        cpu ? out.cpu() : out.emulated(), cpu ? x.cpu() : x.emulated(),
-        cpu ? lse.cpu() : lse.emulated(), cpu ? mask_cpu : mask_cuda, causal, c.B, c.T, c.NH, c.HS,
-        p, seed, offset);
+        cpu ? in.dx.cpu() : in.dx.emulated(), cpu ? in.dy.cpu() : in.dy.emulated(),
+        cpu ? in.out.cpu() : in.out.emulated(), cpu ? in.x.cpu() : in.x.emulated(),
+        cpu ? in.lse.cpu() : in.lse.emulated(), cpu ? in.mask_cpu : in.mask_emulated, causal, c.B,
+        c.T, c.NH, c.HS, p, seed, offset);
   }
-  const auto got_out = out.from_emulated(), want_out = out.from_cpu();
-  const auto got_lse = lse.from_emulated(), want_lse = lse.from_cpu();
-  const auto got_dx = dx.from_emulated(), want_dx = dx.from_cpu();
-  const TermSums sums = term_sums(c, qkv, dout, mask, causal, p, seed);
+  const auto got_out = in.out.from_emulated(), want_out = in.out.from_cpu();
+  const auto got_lse = in.lse.from_emulated(), want_lse = in.lse.from_cpu();
+  const auto got_dx = in.dx.from_emulated(), want_dx = in.dx.from_cpu();
+  const TermSums sums = term_sums(c, in.qkv, in.dout, in.mask, causal, p, seed);
 
   double lse_worst = 0;
   for (size_t i = 0; i < got_lse.size(); i++) {
@@ -197,8 +184,8 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
       lse_worst = std::max(lse_worst, std::fabs(double(got_lse[i]) - want_lse[i]));
     }
   }
-  std::vector<size_t> all_out(out_count);
-  for (size_t i = 0; i < out_count; i++) all_out[i] = i;
+  std::vector<size_t> all_out(in.dout.size());
+  for (size_t i = 0; i < in.dout.size(); i++) all_out[i] = i;
   const double out_used = check_bound(got_out, want_out, sums.out, nullptr, 0.0, "out", all_out);
   double used[3];
   const char* names[3] = {"dq", "dk", "dv"};
@@ -209,7 +196,7 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
       for (int e = 0; e < C; e++) {
         const size_t i = row * 3 * C + size_t(part) * C + e;
         indices.push_back(i);
-        G = std::max(G, std::fabs(double(bf16_to_float(want_dx[i])) - bf16_to_float(dqkv0[i])));
+        G = std::max(G, std::fabs(double(bf16_to_float(want_dx[i])) - bf16_to_float(in.dqkv0[i])));
       }
     }
     used[part] =
@@ -221,21 +208,7 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
       c.B, c.T, c.NH, c.HS, int(causal), int(masked), double(p), lse_worst, out_used, used[0],
       used[1], used[2]);
 
-  for (int b = 0; b < c.B; b++) {  // queries that see no key; hidden keys
-    for (int i = 0; i < c.T; i++) {
-      const size_t row = size_t(b) * c.T + i;
-      const bool sees_any = sees_any_key(c, mask, causal, b, i);
-      for (int e = 0; !sees_any && e < C; e++) {
-        EXPECT_EQ(bf16_to_float(got_out[row * C + e]), 0.0f) << "out row " << row;
-        EXPECT_EQ(got_dx[row * 3 * C + e].bits, dqkv0[row * 3 * C + e].bits) << "dq row " << row;
-      }
-      for (int h = 0; !sees_any && h < c.NH; h++)
-        EXPECT_EQ(got_lse[(size_t(b) * c.NH + h) * c.T + i], kMinusInf);
-      for (int e = C; masked && mask[row] == 0 && e < 3 * C; e++)
-        EXPECT_EQ(got_dx[row * 3 * C + e].bits, dqkv0[row * 3 * C + e].bits)
-            << "hidden key row " << row;
-    }
-  }
+  expect_unseen_rows_untouched(c, in, causal, got_out, got_lse, got_dx);
 }
 
 TEST(CudaFlashAttention, ForwardAndBackwardMatchCpu) {

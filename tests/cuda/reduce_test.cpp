@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "elementwise_inputs.h"
 
 namespace collage::test {
 namespace {
@@ -25,56 +26,48 @@ namespace {
 constexpr int64_t kSizes[] = {0, 1, 7, 8, 1000, 1024, 4099, 4096, 65536 + 3, (1 << 20) + 4099};
 constexpr double kRelative = 1e-12;
 
-std::string label(const char* op, int64_t n, int offset) {
-  return std::string(op) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
+// Runs `reduce` (sum or sum_squares) of both backends on the values make(n + offset) from
+// `offset` on, for every size, at offsets 0 and 1 (4 or 2 bytes: off the 128-bit path); checks
+// that the kernel overwrites its result (a second call gives the same), gives 0 for no
+// elements and agrees with the cpu within kRelative. Prints the largest relative difference.
+template <typename T, typename Make, typename Reduce>
+void expect_reduction_matches_cpu(const char* op, Make make, Reduce reduce) {
+  BackendPair pair;
+  double worst = 0;
+  for (int64_t n : kSizes) {
+    for (int offset : {0, 1}) {
+      const Mirrored<T> values(pair, make(size_t(n + offset)));
+      const double want = reduce(*pair.cpu, values.cpu() + offset, n);
+      const double got = reduce(*pair.emulated, values.emulated() + offset, n);
+      EXPECT_EQ(reduce(*pair.emulated, values.emulated() + offset, n), got) << label(op, n, offset);
+      if (n == 0) {
+        EXPECT_EQ(got, 0.0) << label(op, n, offset);
+        continue;
+      }
+      EXPECT_NEAR(got, want, kRelative * std::fabs(want)) << label(op, n, offset);
+      worst = std::max(worst, std::fabs(got - want) / std::fabs(want));
+    }
+  }
+  std::printf("[ worst    ] %s: %.3g relative\n", op, worst);
 }
 
 TEST(CudaReduce, SumMatchesCpu) {
-  BackendPair pair;
   Rng rng(31);
-  double worst = 0;
-  for (int64_t n : kSizes) {
-    // Offset 1 (4 bytes) turns off the 128-bit path.
-    for (int offset : {0, 1}) {
-      std::vector<float> x(size_t(n + offset));
-      for (float& v : x) v = float(0.5 + rng.normal());
-      const Mirrored<float> values(pair, x);
-      const double want = pair.cpu->sum(values.cpu() + offset, n);
-      const double got = pair.emulated->sum(values.emulated() + offset, n);
-      // The result is overwritten, not accumulated: a second call gives the same.
-      EXPECT_EQ(pair.emulated->sum(values.emulated() + offset, n), got) << label("sum", n, offset);
-      if (n == 0) {
-        EXPECT_EQ(got, 0.0) << label("sum", n, offset);
-        continue;
-      }
-      EXPECT_NEAR(got, want, kRelative * std::fabs(want)) << label("sum", n, offset);
-      worst = std::max(worst, std::fabs(got - want) / std::fabs(want));
-    }
-  }
-  std::printf("[ worst    ] sum: %.3g relative\n", worst);
+  expect_reduction_matches_cpu<float>(
+      "sum",
+      [&](size_t count) {
+        std::vector<float> x(count);
+        for (float& v : x) v = float(0.5 + rng.normal());
+        return x;
+      },
+      [](Backend& backend, const float* x, int64_t n) { return backend.sum(x, n); });
 }
 
 TEST(CudaReduce, SumSquaresMatchesCpu) {
-  BackendPair pair;
   Rng rng(32);
-  double worst = 0;
-  for (int64_t n : kSizes) {
-    // Offset 1 (2 bytes) turns off the 128-bit path.
-    for (int offset : {0, 1}) {
-      const Mirrored<bf16> values(pair, random_values<bf16>(rng, size_t(n + offset), 3.0));
-      const double want = pair.cpu->sum_squares(values.cpu() + offset, n);
-      const double got = pair.emulated->sum_squares(values.emulated() + offset, n);
-      EXPECT_EQ(pair.emulated->sum_squares(values.emulated() + offset, n), got)
-          << label("sum_squares", n, offset);
-      if (n == 0) {
-        EXPECT_EQ(got, 0.0) << label("sum_squares", n, offset);
-        continue;
-      }
-      EXPECT_NEAR(got, want, kRelative * std::fabs(want)) << label("sum_squares", n, offset);
-      worst = std::max(worst, std::fabs(got - want) / std::fabs(want));
-    }
-  }
-  std::printf("[ worst    ] sum_squares: %.3g relative\n", worst);
+  expect_reduction_matches_cpu<bf16>(
+      "sum_squares", [&](size_t count) { return random_values<bf16>(rng, count, 3.0); },
+      [](Backend& backend, const bf16* x, int64_t n) { return backend.sum_squares(x, n); });
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 namespace collage {
 namespace {
 
+using testing::error_of;
 using testing::TempDir;
 
 const std::string kDir = std::string(COLLAGE_FIXTURES) + "/bert_hdf5";
@@ -49,18 +50,6 @@ void expect_sample(const BertSample& got, const nlohmann::json& want, const std:
   EXPECT_EQ(got.masked_positions, want["masked_positions"].get<std::vector<int32_t>>());
   EXPECT_EQ(got.masked_ids, want["masked_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(got.next_sentence_label, want["next_sentence_label"].get<int32_t>());
-}
-
-// The message of the Error `f` throws ("" and a test failure if it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no collage::Error thrown";
-  return "";
 }
 
 // ---------------------------------------------------------------------------------------

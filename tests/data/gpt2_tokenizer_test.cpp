@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "reference_fixture.h"
 
 namespace collage {
 namespace {
@@ -32,13 +33,7 @@ struct ReferenceCase {
   std::vector<int32_t> ids;
 };
 
-std::string from_hex(const std::string& hex) {
-  std::string bytes;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return bytes;
-}
+using testing::from_hex;
 
 nlohmann::json read_fixture() {
   std::ifstream in(COLLAGE_FIXTURES "/gpt2_tokens.json");
@@ -174,18 +169,9 @@ TEST_F(Gpt2TokenizerTest, DecodeRejectsIdsOutsideTheVocabulary) {
 
 class Gpt2TokenizerLoadTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(fs::exists(kEncoderJson)) << kNoAssets;
-    dir_ = fs::temp_directory_path() /
-           ("collage_gpt2_load_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { ASSERT_TRUE(fs::exists(kEncoderJson)) << kNoAssets; }
   std::string write(const std::string& name, const std::string& content) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << content;
-    return path;
+    return dir_.write(name, content);
   }
   // A tiny valid vocabulary: the 256 byte tokens, "ab", "abc" and <|endoftext|>.
   std::string small_encoder(const std::string& extra = "") {
@@ -205,17 +191,9 @@ class Gpt2TokenizerLoadTest : public ::testing::Test {
   // Runs load() and checks that it throws an Error whose message has every `needle`.
   static void expect_load_error(const std::string& encoder, const std::string& merges,
                                 const std::vector<std::string>& needles) {
-    try {
-      Gpt2Tokenizer::load(encoder, merges);
-      ADD_FAILURE() << "load() accepted " << encoder << " + " << merges;
-    } catch (const Error& e) {
-      for (const auto& needle : needles) {
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-            << "message \"" << e.what() << "\" lacks \"" << needle << "\"";
-      }
-    }
+    testing::expect_error_mentions([&] { Gpt2Tokenizer::load(encoder, merges); }, needles);
   }
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(Gpt2TokenizerLoadTest, SmallValidVocabularyWorks) {
@@ -230,9 +208,9 @@ TEST_F(Gpt2TokenizerLoadTest, SmallValidVocabularyWorks) {
 
 TEST_F(Gpt2TokenizerLoadTest, MissingFilesAreNamed) {
   const auto merges = write("vocab.bpe", "#version: 0.2\na b\n");
-  const auto missing = (dir_ / "nope.json").string();
+  const auto missing = dir_.file("nope.json");
   expect_load_error(missing, merges, {missing});
-  expect_load_error(small_encoder(), (dir_ / "nope.bpe").string(), {"nope.bpe"});
+  expect_load_error(small_encoder(), dir_.file("nope.bpe"), {"nope.bpe"});
 }
 
 TEST_F(Gpt2TokenizerLoadTest, CorruptEncoderJsonIsNamed) {

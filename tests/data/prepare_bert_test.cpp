@@ -23,27 +23,16 @@
 #include "data/bert/bert_hdf5.h"
 #include "data/bert/bert_hdf5_writer.h"
 #include "data/text/wordpiece_tokenizer.h"
+#include "reference_fixture.h"
 
 namespace collage {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kVocab = COLLAGE_SOURCE_DIR "/data/assets/bert-uncased/vocab.txt";
-const char* kNoAssets =
-    "BERT vocabulary missing (data/assets/bert-uncased/vocab.txt): run scripts/install-deps.sh "
-    "--assets";
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no collage::Error thrown";
-  return "";
-}
+using testing::error_of;
+using testing::kBertVocab;
+using testing::kNoBertVocab;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -53,7 +42,7 @@ std::string slurp(const std::string& path) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("prepare_bert_" + name);
+  const fs::path dir = fs::path(::testing::TempDir()) / ("prepare_bert_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -257,6 +246,17 @@ PrepareBertOptions instance_options(int seq_len, double short_seq_prob) {
   return o;
 }
 
+// The instances of visit `visit` to document d, drawn from the document's own stream of the
+// run with `seed`, bert_stream_seed(seed, visit, d), as the command draws them.
+BertInstances document_instances(const SyntheticCorpus& s, int64_t d,
+                                 const PrepareBertOptions& options, uint64_t seed,
+                                 uint64_t visit = 0) {
+  BertInstances out;
+  BertRandom rng(bert_stream_seed(seed, visit, d));
+  create_instances_from_document(s.corpus, d, options, kSpecial, rng, out);
+  return out;
+}
+
 // Instance i's tokens with the masked labels put back.
 std::vector<int32_t> restored(const BertInstances& in, int64_t i) {
   const auto t = in.instance_tokens(i);
@@ -304,9 +304,7 @@ TEST(BertInstances, PairsAreContiguousAndFollowTheirLabel) {
   const auto options = instance_options(64, 0.1);
   int64_t instances = 0, random_next_from_other = 0, random_next = 0;
   for (int64_t d = 0; d < s.corpus.num_documents(); ++d) {
-    BertInstances out;
-    BertRandom rng(bert_stream_seed(9, 0, d));
-    create_instances_from_document(s.corpus, d, options, kSpecial, rng, out);
+    const BertInstances out = document_instances(s, d, options, 9);
     for (int64_t i = 0; i < out.size(); ++i) {
       const auto [a, b] = check_instance(s, out, i, 64, d);
       if (out.next_sentence_labels[i]) {
@@ -329,9 +327,7 @@ TEST(BertInstances, OneTokenSentencesTileTheDocumentInOrder) {
   const auto options = instance_options(32, 0.0);
   int64_t labelled = 0, random_next = 0, full = 0;
   for (int64_t d = 0; d < s.corpus.num_documents(); ++d) {
-    BertInstances out;
-    BertRandom rng(bert_stream_seed(10, 0, d));
-    create_instances_from_document(s.corpus, d, options, kSpecial, rng, out);
+    const BertInstances out = document_instances(s, d, options, 10);
     std::vector<int32_t> tiled;
     for (int64_t i = 0; i < out.size(); ++i) {
       const auto [a, b] = check_instance(s, out, i, 32, d);
@@ -365,9 +361,7 @@ TEST(BertInstances, ShortSeqProbShortensTheTargetOfAVisit) {
   double shorter_target_sum = 0;
   for (uint64_t visit = 0; visit < 50; ++visit) {
     for (int64_t d = 0; d < s.corpus.num_documents(); ++d) {
-      BertInstances out;
-      BertRandom rng(bert_stream_seed(11, visit, d));
-      create_instances_from_document(s.corpus, d, options, kSpecial, rng, out);
+      const BertInstances out = document_instances(s, d, options, 11, visit);
       std::set<size_t> lengths;  // of the actual-next pairs but the document's last
       for (int64_t i = 0; i + 1 < out.size(); ++i)
         if (out.next_sentence_labels[i] == 0) lengths.insert(out.instance_tokens(i).size());
@@ -503,19 +497,19 @@ std::vector<std::vector<int32_t>> document_tokens(const WordpieceTokenizer& tok,
 }
 
 TEST(PrepareBert, ShardsHoldTheTextsTokensAndAreReproducible) {
-  if (!fs::exists(kVocab)) GTEST_SKIP() << kNoAssets;
+  if (!fs::exists(kBertVocab)) GTEST_SKIP() << kNoBertVocab;
   const fs::path dir = fresh_dir("text");
   int64_t number = 0;
   const std::vector<fs::path> files = {dir / "a.txt", dir / "b.txt"};
   write_text(files[0], 60, 1, number);
   write_text(files[1], 40, 2, number);
-  const auto tok = WordpieceTokenizer::load(kVocab);
+  const auto tok = WordpieceTokenizer::load(kBertVocab);
   const auto docs = document_tokens(tok, files);
 
   PrepareBertOptions options;
   options.inputs = {(dir / "*.txt").string()};  // a glob, expanded by prepare_bert
   options.output_dir = (dir / "out1").string();
-  options.vocab_file = kVocab;
+  options.vocab_file = kBertVocab;
   options.max_seq_length = 64;
   options.max_predictions_per_seq = 10;
   options.dupe_factor = 3;
@@ -592,10 +586,10 @@ TEST(PrepareBert, ShardsHoldTheTextsTokensAndAreReproducible) {
 }
 
 TEST(PrepareBert, ReportsBadInputAndOptions) {
-  if (!fs::exists(kVocab)) GTEST_SKIP() << kNoAssets;
+  if (!fs::exists(kBertVocab)) GTEST_SKIP() << kNoBertVocab;
   const fs::path dir = fresh_dir("errors");
   PrepareBertOptions o;
-  o.vocab_file = kVocab;
+  o.vocab_file = kBertVocab;
   o.output_dir = (dir / "out").string();
   o.inputs = {(dir / "missing.txt").string()};
   EXPECT_NE(error_of([&] { prepare_bert(o, {}); }).find("missing.txt: no such file"),

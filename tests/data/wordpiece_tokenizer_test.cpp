@@ -17,16 +17,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "reference_fixture.h"
 
 namespace collage {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kVocab = COLLAGE_SOURCE_DIR "/data/assets/bert-uncased/vocab.txt";
-const char* kNoAssets =
-    "BERT vocabulary missing (data/assets/bert-uncased/vocab.txt): run scripts/install-deps.sh "
-    "--assets";
+using testing::kBertVocab;
+using testing::kNoBertVocab;
 
 using Words = std::vector<std::string>;
 
@@ -36,13 +35,7 @@ struct ReferenceCase {
   std::vector<int32_t> ids;
 };
 
-std::string from_hex(const std::string& hex) {
-  std::string bytes;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return bytes;
-}
+using testing::from_hex;
 
 const nlohmann::json& fixture() {
   static const nlohmann::json j = [] {
@@ -68,13 +61,14 @@ std::vector<ReferenceCase> reference_cases() {
 class WordpieceTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (fs::exists(kVocab)) tokenizer_ = new WordpieceTokenizer(WordpieceTokenizer::load(kVocab));
+    if (fs::exists(kBertVocab))
+      tokenizer_ = new WordpieceTokenizer(WordpieceTokenizer::load(kBertVocab));
   }
   static void TearDownTestSuite() {
     delete tokenizer_;
     tokenizer_ = nullptr;
   }
-  void SetUp() override { ASSERT_NE(tokenizer_, nullptr) << kNoAssets; }
+  void SetUp() override { ASSERT_NE(tokenizer_, nullptr) << kNoBertVocab; }
   static const WordpieceTokenizer& tok() { return *tokenizer_; }
 
   // "" when equal, else the first difference with the token strings around it.
@@ -263,30 +257,13 @@ TEST(WordpieceSmallVocabularyTest, LimitIs100CodePoints) {
 
 class WordpieceLoadTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("collage_wordpiece_load_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& content) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << content;
-    return path;
+    return dir_.write(name, content);
   }
   static void expect_load_error(const std::string& path, const std::vector<std::string>& needles) {
-    try {
-      WordpieceTokenizer::load(path);
-      ADD_FAILURE() << "load() accepted " << path;
-    } catch (const Error& e) {
-      for (const auto& needle : needles) {
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-            << "message \"" << e.what() << "\" lacks \"" << needle << "\"";
-      }
-    }
+    testing::expect_error_mentions([&] { WordpieceTokenizer::load(path); }, needles);
   }
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(WordpieceLoadTest, ValidFileWithAndWithoutFinalNewline) {
@@ -298,7 +275,7 @@ TEST_F(WordpieceLoadTest, ValidFileWithAndWithoutFinalNewline) {
 }
 
 TEST_F(WordpieceLoadTest, ErrorsNameFileAndLine) {
-  const auto missing = (dir_ / "nope.txt").string();
+  const auto missing = dir_.file("nope.txt");
   expect_load_error(missing, {missing});
   expect_load_error(write("empty.txt", ""), {"empty.txt", "empty"});
   expect_load_error(write("blank.txt", "[UNK]\na\n\nb\n"), {"blank.txt:3", "empty line"});

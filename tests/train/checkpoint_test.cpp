@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../error_of.h"
 #include "checkpoint/training_checkpoint.h"
 #include "core/error.h"
 #include "dist/comm.h"
@@ -88,17 +89,7 @@ void expect_same(const Checkpoint& a, const Checkpoint& b) {
   }
 }
 
-// The Error message `f` throws (a test failure if it throws nothing or something else).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no collage::Error";
-  return "";
-}
+using test::error_of;
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
