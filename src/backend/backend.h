@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/backend_contract.h"
@@ -319,7 +320,7 @@ class BackendT {
 
   // ---- optimizer: one strategy step over one tensor (see optimizer_step.h) ----
   void optimizer_step(const OptimizerStep& step) {
-    contract::optimizer_step(step);
+    contract::optimizer_step(step, std::is_same_v<Storage, float>);
     do_optimizer_step(step);
   }
 

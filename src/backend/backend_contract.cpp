@@ -251,9 +251,12 @@ void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, const int32_t* 
 
 // The precision names the state components; each must be set, even for n = 0 (a strategy
 // without its state is a caller's bug whatever the tensor's size).
-void optimizer_step(const OptimizerStep& step) {
+void optimizer_step(const OptimizerStep& step, bool fp32_storage) {
   const std::string op = fmt::format("optimizer_step ({})", precision_name(step.precision));
   const Call call(op.c_str());
+  call.require(!fp32_storage || step.precision == Precision::fp32_master,
+               "this precision keeps bf16 state and needs the bf16 backend (the fp32 backend runs "
+               "fp32-master only)");
   call.at_least(step.n, 0, "n");
   call.set(step.param, "param"), call.set(step.grad, "grad");
   const int states = state_count(step.precision);

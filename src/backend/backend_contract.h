@@ -77,6 +77,7 @@ void cross_entropy_shard_loss(const float* losses, const float* lse, const float
 void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, const int32_t* targets,
                                   const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin);
 
-void optimizer_step(const OptimizerStep& step);
+// fp32_storage: the backend stores fp32 (BackendT<float>), which runs fp32-master only.
+void optimizer_step(const OptimizerStep& step, bool fp32_storage);
 
 }  // namespace collage::contract

@@ -25,7 +25,6 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
-#include "core/error.h"
 #include "numerics/collage_math.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -267,12 +266,6 @@ T* state(const OptimizerStep& step, int index) {
 // The precision picks the strategy; step_chunk runs its at<B>(i) over the elements.
 template <typename S>
 void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
-  if (is_fp32_storage<S> && step.precision != Precision::fp32_master) {
-    fail(
-        "optimizer: precision {} keeps bf16 state and needs the bf16 backend (the fp32 "
-        "backend runs fp32-master only)",
-        precision_name(step.precision));
-  }
   const cm::AdamScalars s =
       cm::make_adam_scalars(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.t,
                             step.adam_order == AdamOrder::hf);
