@@ -400,9 +400,10 @@ Shape launch_shape(int B, int T, int NH, int HS) {
           dim3(unsigned(warps * kWarpSize)), dims};
 }
 
+// What these kernels can launch, beyond the contract's positive sizes (backend_contract.h): the
+// cuda backend's own limits (docs/ARCHITECTURE.md, "The Backend contract").
 void check_shape(const CudaContext& cx, const char* op, int B, int T, int NH, int HS) {
-  COLLAGE_KERNEL_CHECK(B > 0 && T > 0 && NH > 0 && HS > 0 && HS <= kMaxHeadSize,
-                       "%s: shape B=%d T=%d NH=%d HS=%d (need positive sizes and HS <= %d)", op, B,
+  COLLAGE_KERNEL_CHECK(HS <= kMaxHeadSize, "%s: shape B=%d T=%d NH=%d HS=%d (need HS <= %d)", op, B,
                        T, NH, HS, kMaxHeadSize);
   COLLAGE_KERNEL_CHECK(NH <= 65535 && B <= 65535, "%s: B=%d NH=%d exceed the grid's y/z limit", op,
                        B, NH);
@@ -453,9 +454,8 @@ bool tensor_cores_enabled() {
   return !simt_only;
 }
 
-Dropout make_dropout(const char* op, float p, uint64_t seed, uint64_t offset) {
-  COLLAGE_KERNEL_CHECK(p >= 0.0f && p < 1.0f, "%s: dropout probability p = %g must be in [0, 1)",
-                       op, double(p));
+// p in [0, 1): checked by the contract (backend_contract.h).
+Dropout make_dropout(float p, uint64_t seed, uint64_t offset) {
   Dropout dropout;
   dropout.p = p;
   dropout.keep_scale = math::dropout_keep_scale(p);
@@ -474,10 +474,8 @@ void attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* q
 void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                                float p, uint64_t seed, uint64_t offset) {
-  const Dropout dropout = make_dropout("attention_forward", p, seed, offset);
+  const Dropout dropout = make_dropout(p, seed, offset);
   check_shape(cx, "attention_forward", B, T, NH, HS);
-  COLLAGE_KERNEL_CHECK(out && lse && qkv, "attention_forward: null tensor (B=%d T=%d NH=%d HS=%d)",
-                       B, T, NH, HS);
   if (tensor_cores_enabled() &&
       flash_attention_serves(HS, qkv, out))  // tensor cores (flash_attention.cu)
     return flash_attention_forward(cx, out, lse, qkv, key_mask, causal, B, T, NH, HS, dropout);
@@ -507,11 +505,9 @@ void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dou
                                 const bf16_t* out, const bf16_t* qkv, const float* lse,
                                 const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                                 float p, uint64_t seed, uint64_t offset) {
-  const Dropout dropout = make_dropout("attention_backward", p, seed, offset);
+  const Dropout dropout = make_dropout(p, seed, offset);
   if (!dqkv) return;  // null gradient: not computed
   check_shape(cx, "attention_backward", B, T, NH, HS);
-  COLLAGE_KERNEL_CHECK(dout && out && qkv && lse,
-                       "attention_backward: null tensor (B=%d T=%d NH=%d HS=%d)", B, T, NH, HS);
   float* delta = scratch<float>(cx, cx.scratch.attention_delta, size_t(B) * NH * T);  // (B, NH, T)
   if (tensor_cores_enabled() && flash_attention_serves(HS, qkv, dout) && aligned16(dqkv))
     return flash_attention_backward(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T,

@@ -17,7 +17,8 @@
 // max, Σ exp(x − max) and the target's logit), then use them; the backward recomputes them rather
 // than keeping state between the calls. Targets are checked by the model on the host: here a
 // target < 0 is ignored (loss 0, no gradient), and so is a target ≥ V (the kernel cannot
-// throw; it must only not read outside the row).
+// throw; it must only not read outside the row). Shapes and pointers are checked by the
+// Backend contract (src/backend/backend_contract.h) before any entry here runs.
 #include <cmath>
 
 #include "kernels/common.cuh"
@@ -190,12 +191,6 @@ __global__ void cross_entropy_backward_kernel(bf16_t* dlogits, const bf16_t* log
   softmax_gradient<kVectorized, true>(dx, x, V, lse, target, dloss);
 }
 
-void check_shape(const char* op, int64_t N, int V, int Vp) {
-  COLLAGE_KERNEL_CHECK(N >= 0 && N <= INT32_MAX && V >= 1 && Vp >= V,
-                       "%s: bad shape N = %lld, V = %d, Vp = %d (need 1 <= V <= Vp)", op,
-                       static_cast<long long>(N), V, Vp);
-}
-
 // ---- vocab-parallel stages (src/backend/backend.h) ----
 // logits (N, Vl) hold global columns [vocab_begin, vocab_begin + Vl); the first `real` of them
 // are tokens (global column < V), the rest padding, never used.
@@ -307,12 +302,6 @@ __global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_
   write_zeros(dx, real, Vl);  // padding
 }
 
-void check_shard(const char* op, int64_t N, int V, int Vl, int64_t vocab_begin) {
-  COLLAGE_KERNEL_CHECK(N >= 0 && N <= INT32_MAX && V >= 1 && Vl >= 0 && vocab_begin >= 0,
-                       "%s: bad shape N = %lld, V = %d, Vl = %d, vocab_begin = %lld", op,
-                       static_cast<long long>(N), V, Vl, static_cast<long long>(vocab_begin));
-}
-
 // The shard's real columns: global columns [vocab_begin, vocab_begin + Vl) below V.
 int real_columns(int V, int Vl, int64_t vocab_begin) {
   const int64_t tokens_from_here = int64_t(V) - vocab_begin;
@@ -323,11 +312,7 @@ int real_columns(int V, int Vl, int64_t vocab_begin) {
 
 void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
                            const int32_t* targets, int64_t N, int V, int Vp, float* row_lse) {
-  check_shape("cross_entropy_forward", N, V, Vp);
   if (N == 0) return;
-  COLLAGE_KERNEL_CHECK(losses && logits && targets,
-                       "cross_entropy_forward: null tensor (N = %lld, V = %d, Vp = %d)",
-                       static_cast<long long>(N), V, Vp);
   // 128-bit loads need every row start 16-byte aligned: Vp a multiple of 8.
   if (Vp % kVector == 0 && aligned16(logits)) {
     launch(cx, "cross_entropy_forward", cross_entropy_forward_kernel<true>, dim3(unsigned(N)),
@@ -340,11 +325,7 @@ void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,
 
 void cross_entropy_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logits,
                             const int32_t* targets, int64_t N, int V, int Vp, float dloss) {
-  check_shape("cross_entropy_backward", N, V, Vp);
   if (!dlogits || N == 0) return;  // null gradient: not computed
-  COLLAGE_KERNEL_CHECK(logits && targets,
-                       "cross_entropy_backward: null logits or targets (N = %lld, V = %d, Vp = %d)",
-                       static_cast<long long>(N), V, Vp);
   if (Vp % kVector == 0 && aligned16(logits, dlogits)) {
     launch(cx, "cross_entropy_backward", cross_entropy_backward_kernel<true>, dim3(unsigned(N)),
            dim3(kCrossEntropyThreads))(dlogits, logits, targets, V, Vp, dloss);
@@ -356,11 +337,7 @@ void cross_entropy_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logi
 
 void cross_entropy_shard_max(CudaContext& cx, float* row_max, const bf16_t* logits, int64_t N,
                              int V, int Vl, int64_t vocab_begin) {
-  check_shard("cross_entropy_shard_max", N, V, Vl, vocab_begin);
   if (N == 0) return;
-  COLLAGE_KERNEL_CHECK(row_max && logits,
-                       "cross_entropy_shard_max: null tensor (N = %lld, Vl = %d)",
-                       static_cast<long long>(N), Vl);
   const int real = real_columns(V, Vl, vocab_begin);
   // 128-bit loads need every row start 16-byte aligned: Vl a multiple of 8.
   if (Vl % kVector == 0 && aligned16(logits)) {
@@ -375,11 +352,7 @@ void cross_entropy_shard_max(CudaContext& cx, float* row_max, const bf16_t* logi
 void cross_entropy_shard_sums(CudaContext& cx, float* sums, const bf16_t* logits,
                               const int32_t* targets, const float* row_max, int64_t N, int V,
                               int Vl, int64_t vocab_begin) {
-  check_shard("cross_entropy_shard_sums", N, V, Vl, vocab_begin);
   if (N == 0) return;
-  COLLAGE_KERNEL_CHECK(sums && logits && targets && row_max,
-                       "cross_entropy_shard_sums: null tensor (N = %lld, Vl = %d)",
-                       static_cast<long long>(N), Vl);
   const int real = real_columns(V, Vl, vocab_begin);
   if (Vl % kVector == 0 && aligned16(logits)) {
     launch(cx, "cross_entropy_shard_sums", cross_entropy_shard_sums_kernel<true>, dim3(unsigned(N)),
@@ -393,11 +366,7 @@ void cross_entropy_shard_sums(CudaContext& cx, float* sums, const bf16_t* logits
 
 void cross_entropy_shard_loss(CudaContext& cx, float* losses, float* lse, const float* row_max,
                               const float* sums, const int32_t* targets, int64_t N) {
-  COLLAGE_KERNEL_CHECK(N >= 0, "cross_entropy_shard_loss: bad N = %lld", static_cast<long long>(N));
   if (N == 0) return;
-  COLLAGE_KERNEL_CHECK(losses && lse && row_max && sums && targets,
-                       "cross_entropy_shard_loss: null tensor (N = %lld)",
-                       static_cast<long long>(N));
   launch(cx, "cross_entropy_shard_loss", cross_entropy_shard_loss_kernel,
          dim3(unsigned(ceil_div(N, kCrossEntropyThreads))),
          dim3(kCrossEntropyThreads))(losses, lse, row_max, sums, targets, N);
@@ -406,12 +375,7 @@ void cross_entropy_shard_loss(CudaContext& cx, float* losses, float* lse, const 
 void cross_entropy_shard_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t* logits,
                                   const int32_t* targets, const float* lse, int64_t N, int V,
                                   int Vl, int64_t vocab_begin, float dloss) {
-  check_shard("cross_entropy_shard_backward", N, V, Vl, vocab_begin);
   if (!dlogits || N == 0) return;  // null gradient: not computed
-  COLLAGE_KERNEL_CHECK(
-      logits && targets && lse,
-      "cross_entropy_shard_backward: null logits, targets or lse (N = %lld, Vl = %d)",
-      static_cast<long long>(N), Vl);
   const int real = real_columns(V, Vl, vocab_begin);
   if (Vl % kVector == 0 && aligned16(logits, dlogits)) {
     launch(cx, "cross_entropy_shard_backward", cross_entropy_shard_backward_kernel<true>,

@@ -125,11 +125,10 @@ __global__ void map_kernel(Out* out, F f, int64_t n, int64_t vector_groups, cons
 // Launches map_kernel over n elements: the 128-bit path for the whole groups when every
 // pointer is 16-byte aligned, and a grid sized for the work items (groups, or elements).
 template <typename Out, typename F, typename... In>
+// n and the tensors: checked by the Backend contract (backend_contract.h) for the Backend's ops,
+// by check_conversion for the conversions below.
 void map(CudaContext& cx, const char* op, Out* out, F f, int64_t n, const In*... in) {
-  COLLAGE_KERNEL_CHECK(n >= 0, "%s: n = %lld must be >= 0", op, static_cast<long long>(n));
   if (n == 0) return;
-  COLLAGE_KERNEL_CHECK(out && (... && in), "%s: null tensor (n = %lld)", op,
-                       static_cast<long long>(n));
   const int64_t vector_groups = aligned16(out, in...) ? n / kGroup : 0;
   // The most items one thread handles at a time: a group, or the scalar elements.
   const int64_t items = vector_groups > 0 ? vector_groups : n;
@@ -185,11 +184,20 @@ void scale(CudaContext& cx, bf16_t* x, float factor, int64_t n) {
   map(cx, "scale", x, Scale{factor}, n, static_cast<const bf16_t*>(x));
 }
 
+// The conversions are no Backend ops: they check their own arguments.
+void check_conversion(const char* op, const void* out, const void* in, int64_t n) {
+  COLLAGE_KERNEL_CHECK(n >= 0, "%s: n = %lld must be >= 0", op, static_cast<long long>(n));
+  COLLAGE_KERNEL_CHECK(n == 0 || (out && in), "%s: null tensor (n = %lld)", op,
+                       static_cast<long long>(n));
+}
+
 void bf16_to_float(CudaContext& cx, float* out, const bf16_t* in, int64_t n) {
+  check_conversion("bf16_to_float", out, in, n);
   map(cx, "bf16_to_float", out, Identity{}, n, in);
 }
 
 void float_to_bf16(CudaContext& cx, bf16_t* out, const float* in, int64_t n) {
+  check_conversion("float_to_bf16", out, in, n);
   map(cx, "float_to_bf16", out, Identity{}, n, in);
 }
 

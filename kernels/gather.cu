@@ -98,20 +98,11 @@ __global__ void scatter_add_rows_kernel(bf16_t* dinp, const bf16_t* dout, const 
   }
 }
 
-void check_rows(const char* op, int64_t count, int C) {
-  COLLAGE_KERNEL_CHECK(count >= 0 && count <= INT32_MAX && C > 0,
-                       "%s: count = %lld, C = %d (need 0 <= count < 2^31, C > 0)", op,
-                       static_cast<long long>(count), C);
-}
-
 }  // namespace
 
 void gather_rows(CudaContext& cx, bf16_t* out, const bf16_t* inp, const int32_t* rows,
                  int64_t count, int C) {
-  check_rows("gather_rows", count, C);
-  if (count == 0) return;
-  COLLAGE_KERNEL_CHECK(out && inp && rows, "gather_rows: null tensor (count = %lld, C = %d)",
-                       static_cast<long long>(count), C);
+  if (count == 0) return;  // count, C and the tensors: checked by the contract (backend.h)
   const bool vectorized = C % 8 == 0 && aligned16(out, inp);
   const int64_t items = count * (vectorized ? C / 8 : C);
   const int64_t blocks = std::min(ceil_div(items, kGatherThreads), kMaxGatherBlocks);
@@ -127,13 +118,12 @@ void gather_rows(CudaContext& cx, bf16_t* out, const bf16_t* inp, const int32_t*
 void scatter_add_rows(CudaContext& cx, bf16_t* dinp, const bf16_t* dout, const int32_t* rows,
                       int64_t count, int C) {
   if (!dinp) return;  // null gradient: not computed
-  check_rows("scatter_add_rows", count, C);
   if (count == 0) return;
-  COLLAGE_KERNEL_CHECK(dout && rows, "scatter_add_rows: null tensor (count = %lld, C = %d)",
-                       static_cast<long long>(count), C);
   // Whole warps, no more than the columns need (rounded up to 32), at most kScatterThreads.
   const int threads = int(std::min<int64_t>(kScatterThreads, ceil_div(C, kWarpSize) * kWarpSize));
   const int column_blocks = int(ceil_div(C, threads));
+  // The grid's y limit: a limit of this kernel, not of the contract (docs/ARCHITECTURE.md,
+  // "The Backend contract").
   COLLAGE_KERNEL_CHECK(column_blocks <= 65535, "scatter_add_rows: C = %d is too wide", C);
   launch(cx, "scatter_add_rows", scatter_add_rows_kernel,
          dim3(unsigned(count), unsigned(column_blocks)),

@@ -131,21 +131,11 @@ struct LayernormTerms {
   }
 };
 
-void check_shape(const char* op, int64_t N, int C) {
-  COLLAGE_KERNEL_CHECK(N >= 0, "%s: N = %lld must be >= 0 (C = %d)", op, static_cast<long long>(N),
-                       C);
-  COLLAGE_KERNEL_CHECK(C > 0, "%s: C = %d must be > 0 (N = %lld)", op, C,
-                       static_cast<long long>(N));
-}
-
 template <bool kResidual>
 void forward(CudaContext& cx, const char* op, bf16_t* out, float* mean, float* rstd,
              bf16_t* residual, const bf16_t* inp, const bf16_t* b, const bf16_t* weight,
              const bf16_t* bias, int64_t N, int C, float eps) {
-  check_shape(op, N, C);
-  if (N == 0) return;
-  COLLAGE_KERNEL_CHECK(out && inp && weight && (!kResidual || (residual && b)),
-                       "%s: null tensor (N = %lld, C = %d)", op, static_cast<long long>(N), C);
+  if (N == 0) return;  // shapes and tensors: checked by the contract (backend_contract.h)
   const bool vector = C % Packed128<bf16_t>::size == 0 && aligned16(out, inp, weight) &&
                       (!bias || aligned16(bias)) && (!kResidual || aligned16(residual, b));
   const dim3 grid(unsigned(ceil_div(N, kRowsPerBlock))), block(kLayernormThreads);
@@ -177,10 +167,7 @@ void layernorm_backward(CudaContext& cx, bf16_t* dinp, bf16_t* dweight, bf16_t* 
                         const bf16_t* dout, const bf16_t* inp, const bf16_t* weight,
                         const float* mean, const float* rstd, int64_t N, int C) {
   const char* op = "layernorm_backward";
-  check_shape(op, N, C);
   if (N == 0 || (!dinp && !dweight && !dbias)) return;  // null gradients: not computed
-  COLLAGE_KERNEL_CHECK(dout && inp && mean && rstd && (!dinp || weight),
-                       "%s: null tensor (N = %lld, C = %d)", op, static_cast<long long>(N), C);
   if (dinp) {
     const dim3 grid(unsigned(ceil_div(N, kRowsPerBlock))), block(kLayernormThreads);
     if (C % Packed128<bf16_t>::size == 0 && aligned16(dinp, dout, inp, weight)) {

@@ -213,21 +213,7 @@ bool step_aligned(const StepArguments& a, int states) {
 }  // namespace
 
 void optimizer_step(CudaContext& cx, const OptimizerStep& step, double* edq) {
-  const char* name = precision_name(step.precision);
-  COLLAGE_KERNEL_CHECK(step.n >= 0, "optimizer_step (%s): n = %lld is negative", name,
-                       static_cast<long long>(step.n));
-  COLLAGE_KERNEL_CHECK(step.param && step.grad, "optimizer_step (%s): param and grad must be set",
-                       name);
-  const int states = state_count(step.precision);
-  for (int c = 0; c < states; c++) {
-    COLLAGE_KERNEL_CHECK(step.state[c], "optimizer_step (%s): state[%d] is not set (%d states)",
-                         name, c, states);
-  }
-  COLLAGE_KERNEL_CHECK(step.t >= 1, "optimizer_step (%s): step counter t = %lld must start at 1",
-                       name, static_cast<long long>(step.t));
-  COLLAGE_KERNEL_CHECK(step.beta1 >= 0 && step.beta1 < 1 && step.beta2 >= 0 && step.beta2 < 1,
-                       "optimizer_step (%s): beta1 = %g and beta2 = %g must be in [0, 1)", name,
-                       step.beta1, step.beta2);
+  // The step's arguments: checked by the contract (backend_contract.h).
   if (step.n == 0) return;  // nothing to step, nothing to add to edq
 
   // The scalars exactly as the cpu forms them (src/backend/cpu/optimizer.cpp).
@@ -243,7 +229,7 @@ void optimizer_step(CudaContext& cx, const OptimizerStep& step, double* edq) {
   a.t = step.t;
   a.rounding_offset = step.rounding_offset;
 
-  const int64_t vector_groups = step_aligned(a, states) ? step.n / kGroup : 0;
+  const int64_t vector_groups = step_aligned(a, state_count(step.precision)) ? step.n / kGroup : 0;
   // One thread per group, or per element when there are none.
   const int64_t items = vector_groups > 0 ? vector_groups : step.n;
   const int blocks = int(std::min(ceil_div(items, kOptimizerThreads), kMaxOptimizerBlocks));

@@ -83,12 +83,9 @@ const float* rope_table(CudaContext& cx, int T, int HS, float base) {
 template <bool kBackward>
 void rotate(CudaContext& cx, const char* op, bf16_t* out, const bf16_t* in, int B, int T, int NH,
             int HS, float base) {
-  COLLAGE_KERNEL_CHECK(B >= 0 && T >= 0 && NH >= 0 && HS > 0, "%s: bad shape B=%d T=%d NH=%d HS=%d",
-                       op, B, T, NH, HS);
-  COLLAGE_KERNEL_CHECK(HS % 2 == 0, "%s: head size %d is odd; rotate-half needs pairs", op, HS);
+  // Sizes, an even HS and the tensors: checked by the contract (backend_contract.h).
   const int64_t N = int64_t(B) * T, items = N * 2 * NH * HS;
   if (items == 0) return;
-  COLLAGE_KERNEL_CHECK(out && in, "%s: null tensor (B=%d T=%d NH=%d HS=%d)", op, B, T, NH, HS);
   const float* table = rope_table(cx, T, HS, base);
   const int64_t entries = int64_t(T) * (HS / 2);
   launch(cx, op, rope_kernel<kBackward>, dim3(unsigned(ceil_div(items, kRopeBlock))),

@@ -4,8 +4,8 @@
 removed without its row fails here, naming it.
 
 The methods are the `virtual` declarations of backend.h (comments removed, a declaration may
-span lines; the destructor is not one). The table's names are the backticked identifiers of its
-first column.
+span lines; the destructor is not one), an op's implementation `do_<op>` counting as the op.
+The table's names are the backticked identifiers of its first column.
 
 Usage: op_table_test.py [--source DIR]   (default: the repository this file is in)
 """
@@ -22,7 +22,7 @@ def backend_methods(header_text):
     for match in re.finditer(r"\bvirtual\b([^;{]*?)\(", text, flags=re.S):
         name = re.findall(r"~?\w+", match.group(1))[-1]
         if not name.startswith("~"):
-            names.add(name)
+            names.add(name[len("do_"):] if name.startswith("do_") else name)
     return names
 
 

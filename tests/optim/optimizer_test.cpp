@@ -36,97 +36,97 @@ class RecordingBackend final : public Backend {
   void copy_to_host(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
   void copy(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
   void zero(void* d, size_t n) override { std::memset(d, 0, n); }
-  void optimizer_step(const OptimizerStep& s) override {
+  void do_optimizer_step(const OptimizerStep& s) override {
     steps.push_back(s);
     if (s.edq) *s.edq += EdqSums{double(s.n), 2.0 * double(s.n), s.n, 1};
   }
 
   // Nothing else is used by the Optimizer.
   [[noreturn]] static void unused() { throw std::logic_error("not used by the Optimizer"); }
-  void embedding_forward(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int, int64_t,
-                         int64_t) override {
+  void do_embedding_forward(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int, int64_t,
+                            int64_t) override {
     unused();
   }
-  void embedding_backward(bf16*, bf16*, const bf16*, const int32_t*, int, int, int, int64_t,
-                          int64_t) override {
+  void do_embedding_backward(bf16*, bf16*, const bf16*, const int32_t*, int, int, int, int64_t,
+                             int64_t) override {
     unused();
   }
-  void layernorm_forward(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int64_t, int,
-                         float) override {
+  void do_layernorm_forward(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int64_t,
+                            int, float) override {
     unused();
   }
-  void layernorm_backward(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                          const float*, int64_t, int) override {
+  void do_layernorm_backward(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*,
+                             const float*, const float*, int64_t, int) override {
     unused();
   }
-  void matmul_forward(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int, int) override {
+  void do_matmul_forward(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int, int) override {
     unused();
   }
-  void matmul_backward(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t, int,
-                       int) override {
+  void do_matmul_backward(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t, int,
+                          int) override {
     unused();
   }
-  void gelu_forward(bf16*, const bf16*, int64_t) override { unused(); }
-  void gelu_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
-  void add(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
-  void accumulate(bf16*, const bf16*, int64_t) override { unused(); }
-  void rope_forward(bf16*, const bf16*, int, int, int, int, float) override { unused(); }
-  void rope_backward(bf16*, const bf16*, int, int, int, int, float) override { unused(); }
-  void attention_forward(bf16*, float*, const bf16*, const int32_t*, bool, int, int, int,
-                         int) override {
+  void do_gelu_forward(bf16*, const bf16*, int64_t) override { unused(); }
+  void do_gelu_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
+  void do_add(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
+  void do_accumulate(bf16*, const bf16*, int64_t) override { unused(); }
+  void do_rope_forward(bf16*, const bf16*, int, int, int, int, float) override { unused(); }
+  void do_rope_backward(bf16*, const bf16*, int, int, int, int, float) override { unused(); }
+  void do_attention_forward(bf16*, float*, const bf16*, const int32_t*, bool, int, int, int,
+                            int) override {
     unused();
   }
-  void attention_backward(bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                          const int32_t*, bool, int, int, int, int) override {
+  void do_attention_backward(bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                             const int32_t*, bool, int, int, int, int) override {
     unused();
   }
-  void cross_entropy_forward(float*, const bf16*, const int32_t*, int64_t, int, int,
-                             float*) override {
+  void do_cross_entropy_forward(float*, const bf16*, const int32_t*, int64_t, int, int,
+                                float*) override {
     unused();
   }
-  void cross_entropy_backward(bf16*, const bf16*, const int32_t*, int64_t, int, int,
-                              float) override {
+  void do_cross_entropy_backward(bf16*, const bf16*, const int32_t*, int64_t, int, int,
+                                 float) override {
     unused();
   }
-  void cross_entropy_shard_max(float*, const bf16*, int64_t, int, int, int64_t) override {
+  void do_cross_entropy_shard_max(float*, const bf16*, int64_t, int, int, int64_t) override {
     unused();
   }
-  void cross_entropy_shard_sums(float*, const bf16*, const int32_t*, const float*, int64_t, int,
-                                int, int64_t) override {
+  void do_cross_entropy_shard_sums(float*, const bf16*, const int32_t*, const float*, int64_t, int,
+                                   int, int64_t) override {
     unused();
   }
-  void cross_entropy_shard_loss(float*, float*, const float*, const float*, const int32_t*,
-                                int64_t) override {
+  void do_cross_entropy_shard_loss(float*, float*, const float*, const float*, const int32_t*,
+                                   int64_t) override {
     unused();
   }
-  void cross_entropy_shard_backward(bf16*, const bf16*, const int32_t*, const float*, int64_t, int,
-                                    int, int64_t, float) override {
+  void do_cross_entropy_shard_backward(bf16*, const bf16*, const int32_t*, const float*, int64_t,
+                                       int, int, int64_t, float) override {
     unused();
   }
-  void gelu_erf_forward(bf16*, const bf16*, int64_t) override { unused(); }
-  void gelu_erf_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
-  void tanh_forward(bf16*, const bf16*, int64_t) override { unused(); }
-  void tanh_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
-  void dropout_forward(bf16*, const bf16*, int64_t, float, uint64_t, uint64_t) override {
+  void do_gelu_erf_forward(bf16*, const bf16*, int64_t) override { unused(); }
+  void do_gelu_erf_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
+  void do_tanh_forward(bf16*, const bf16*, int64_t) override { unused(); }
+  void do_tanh_backward(bf16*, const bf16*, const bf16*, int64_t) override { unused(); }
+  void do_dropout_forward(bf16*, const bf16*, int64_t, float, uint64_t, uint64_t) override {
     unused();
   }
-  void dropout_backward(bf16*, const bf16*, int64_t, float, uint64_t, uint64_t) override {
+  void do_dropout_backward(bf16*, const bf16*, int64_t, float, uint64_t, uint64_t) override {
     unused();
   }
-  void attention_forward_dropout(bf16*, float*, const bf16*, const int32_t*, bool, int, int, int,
-                                 int, float, uint64_t, uint64_t) override {
+  void do_attention_forward_dropout(bf16*, float*, const bf16*, const int32_t*, bool, int, int, int,
+                                    int, float, uint64_t, uint64_t) override {
     unused();
   }
-  void attention_backward_dropout(bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                                  const int32_t*, bool, int, int, int, int, float, uint64_t,
-                                  uint64_t) override {
+  void do_attention_backward_dropout(bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                     const int32_t*, bool, int, int, int, int, float, uint64_t,
+                                     uint64_t) override {
     unused();
   }
-  void gather_rows(bf16*, const bf16*, const int32_t*, int64_t, int) override { unused(); }
-  void scatter_add_rows(bf16*, const bf16*, const int32_t*, int64_t, int) override { unused(); }
-  double sum(const float*, int64_t) override { unused(); }
-  double sum_squares(const bf16*, int64_t) override { unused(); }
-  void scale(bf16*, float, int64_t) override { unused(); }
+  void do_gather_rows(bf16*, const bf16*, const int32_t*, int64_t, int) override { unused(); }
+  void do_scatter_add_rows(bf16*, const bf16*, const int32_t*, int64_t, int) override { unused(); }
+  double do_sum(const float*, int64_t) override { unused(); }
+  double do_sum_squares(const bf16*, int64_t) override { unused(); }
+  void do_scale(bf16*, float, int64_t) override { unused(); }
 };
 
 // `ranks` identical ranks: every all-reduce multiplies by the rank count; counts its calls.

@@ -83,151 +83,153 @@ class CountingBackend : public Backend {
   void zero(void* d, size_t n) override {
     calls["zero"]++, zeroed_bytes += double(n), inner_->zero(d, n);
   }
-  void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
-                         int T, int C, int64_t vb, int64_t ve) override {
+  void do_embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
+                            int B, int T, int C, int64_t vb, int64_t ve) override {
     calls["embedding_forward"]++, inner_->embedding_forward(out, tokens, wte, wpe, B, T, C, vb, ve);
   }
-  void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B,
-                          int T, int C, int64_t vb, int64_t ve) override {
+  void do_embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                             int T, int C, int64_t vb, int64_t ve) override {
     calls["embedding_backward"]++;
     inner_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vb, ve);
   }
-  void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
-                         const bf16* b, int64_t N, int C, float eps) override {
+  void do_layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
+                            const bf16* b, int64_t N, int C, float eps) override {
     calls["layernorm_forward"]++, inner_->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
   }
-  void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd,
-                                  const bf16* a, const bf16* b, const bf16* w, const bf16* bias,
-                                  int64_t N, int C, float eps) override {
+  void do_residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd,
+                                     const bf16* a, const bf16* b, const bf16* w, const bf16* bias,
+                                     int64_t N, int C, float eps) override {
     calls["residual_layernorm_forward"]++;
     inner_->residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C, eps);
   }
-  void layernorm_backward(bf16* dinp, bf16* dw, bf16* db, const bf16* dout, const bf16* inp,
-                          const bf16* w, const float* mean, const float* rstd, int64_t N,
-                          int C) override {
+  void do_layernorm_backward(bf16* dinp, bf16* dw, bf16* db, const bf16* dout, const bf16* inp,
+                             const bf16* w, const float* mean, const float* rstd, int64_t N,
+                             int C) override {
     calls["layernorm_backward"]++;
     inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* b, int64_t N, int C,
-                      int OC) override {
+  void do_matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* b, int64_t N, int C,
+                         int OC) override {
     calls["matmul_forward"]++, inner_->matmul_forward(out, inp, w, b, N, C, OC);
   }
-  void matmul_backward(bf16* dinp, bf16* dw, bf16* db, const bf16* dout, const bf16* inp,
-                       const bf16* w, int64_t N, int C, int OC) override {
+  void do_matmul_backward(bf16* dinp, bf16* dw, bf16* db, const bf16* dout, const bf16* inp,
+                          const bf16* w, int64_t N, int C, int OC) override {
     calls["matmul_backward"]++, inner_->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
   }
-  void gelu_forward(bf16* out, const bf16* inp, int64_t n) override {
+  void do_gelu_forward(bf16* out, const bf16* inp, int64_t n) override {
     calls["gelu_forward"]++, inner_->gelu_forward(out, inp, n);
   }
-  void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
+  void do_gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
     calls["gelu_backward"]++, inner_->gelu_backward(dinp, inp, dout, n);
   }
-  void add(bf16* out, const bf16* a, const bf16* b, int64_t n) override {
+  void do_add(bf16* out, const bf16* a, const bf16* b, int64_t n) override {
     calls["add"]++, inner_->add(out, a, b, n);
   }
-  void accumulate(bf16* dst, const bf16* src, int64_t n) override {
+  void do_accumulate(bf16* dst, const bf16* src, int64_t n) override {
     calls["accumulate"]++, inner_->accumulate(dst, src, n);
   }
-  void rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS, float base) override {
+  void do_rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS,
+                       float base) override {
     calls["rope_forward"]++, inner_->rope_forward(out, qkv, B, T, NH, HS, base);
   }
-  void rope_backward(bf16* dqkv, const bf16* dout, int B, int T, int NH, int HS,
-                     float base) override {
+  void do_rope_backward(bf16* dqkv, const bf16* dout, int B, int T, int NH, int HS,
+                        float base) override {
     calls["rope_backward"]++, inner_->rope_backward(dqkv, dout, B, T, NH, HS, base);
   }
-  void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* mask, bool causal,
-                         int B, int T, int NH, int HS) override {
+  void do_attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* mask,
+                            bool causal, int B, int T, int NH, int HS) override {
     calls["attention_forward"]++;
     inner_->attention_forward(out, lse, qkv, mask, causal, B, T, NH, HS);
   }
-  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
-                          const float* lse, const int32_t* mask, bool causal, int B, int T, int NH,
-                          int HS) override {
+  void do_attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                             const float* lse, const int32_t* mask, bool causal, int B, int T,
+                             int NH, int HS) override {
     calls["attention_backward"]++;
     inner_->attention_backward(dqkv, dout, out, qkv, lse, mask, causal, B, T, NH, HS);
   }
-  void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
-                             int V, int Vp, float* row_lse) override {
+  void do_cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets,
+                                int64_t N, int V, int Vp, float* row_lse) override {
     calls["cross_entropy_forward"]++,
         inner_->cross_entropy_forward(losses, logits, targets, N, V, Vp, row_lse);
   }
-  void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
-                              int V, int Vp, float dloss) override {
+  void do_cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                 int64_t N, int V, int Vp, float dloss) override {
     calls["cross_entropy_backward"]++;
     inner_->cross_entropy_backward(dlogits, logits, targets, N, V, Vp, dloss);
   }
-  void cross_entropy_shard_max(float* row_max, const bf16* logits, int64_t N, int V, int Vl,
-                               int64_t vocab_begin) override {
+  void do_cross_entropy_shard_max(float* row_max, const bf16* logits, int64_t N, int V, int Vl,
+                                  int64_t vocab_begin) override {
     calls["cross_entropy_shard_max"]++;
     inner_->cross_entropy_shard_max(row_max, logits, N, V, Vl, vocab_begin);
   }
-  void cross_entropy_shard_sums(float* sums, const bf16* logits, const int32_t* targets,
-                                const float* row_max, int64_t N, int V, int Vl,
-                                int64_t vocab_begin) override {
+  void do_cross_entropy_shard_sums(float* sums, const bf16* logits, const int32_t* targets,
+                                   const float* row_max, int64_t N, int V, int Vl,
+                                   int64_t vocab_begin) override {
     calls["cross_entropy_shard_sums"]++;
     inner_->cross_entropy_shard_sums(sums, logits, targets, row_max, N, V, Vl, vocab_begin);
   }
-  void cross_entropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sums,
-                                const int32_t* targets, int64_t N) override {
+  void do_cross_entropy_shard_loss(float* losses, float* lse, const float* row_max,
+                                   const float* sums, const int32_t* targets, int64_t N) override {
     calls["cross_entropy_shard_loss"]++;
     inner_->cross_entropy_shard_loss(losses, lse, row_max, sums, targets, N);
   }
-  void cross_entropy_shard_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
-                                    const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin,
-                                    float dloss) override {
+  void do_cross_entropy_shard_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                       const float* lse, int64_t N, int V, int Vl,
+                                       int64_t vocab_begin, float dloss) override {
     calls["cross_entropy_shard_backward"]++;
     inner_->cross_entropy_shard_backward(dlogits, logits, targets, lse, N, V, Vl, vocab_begin,
                                          dloss);
   }
-  void gelu_erf_forward(bf16* out, const bf16* inp, int64_t n) override {
+  void do_gelu_erf_forward(bf16* out, const bf16* inp, int64_t n) override {
     calls["gelu_erf_forward"]++, inner_->gelu_erf_forward(out, inp, n);
   }
-  void gelu_erf_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
+  void do_gelu_erf_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
     calls["gelu_erf_backward"]++, inner_->gelu_erf_backward(dinp, inp, dout, n);
   }
-  void tanh_forward(bf16* out, const bf16* inp, int64_t n) override {
+  void do_tanh_forward(bf16* out, const bf16* inp, int64_t n) override {
     calls["tanh_forward"]++, inner_->tanh_forward(out, inp, n);
   }
-  void tanh_backward(bf16* dinp, const bf16* out, const bf16* dout, int64_t n) override {
+  void do_tanh_backward(bf16* dinp, const bf16* out, const bf16* dout, int64_t n) override {
     calls["tanh_backward"]++, inner_->tanh_backward(dinp, out, dout, n);
   }
-  void dropout_forward(bf16* out, const bf16* inp, int64_t n, float p, uint64_t seed,
-                       uint64_t offset) override {
+  void do_dropout_forward(bf16* out, const bf16* inp, int64_t n, float p, uint64_t seed,
+                          uint64_t offset) override {
     calls["dropout_forward"]++, inner_->dropout_forward(out, inp, n, p, seed, offset);
   }
-  void dropout_backward(bf16* dinp, const bf16* dout, int64_t n, float p, uint64_t seed,
-                        uint64_t offset) override {
+  void do_dropout_backward(bf16* dinp, const bf16* dout, int64_t n, float p, uint64_t seed,
+                           uint64_t offset) override {
     calls["dropout_backward"]++, inner_->dropout_backward(dinp, dout, n, p, seed, offset);
   }
-  void attention_forward_dropout(bf16* out, float* lse, const bf16* qkv, const int32_t* mask,
-                                 bool causal, int B, int T, int NH, int HS, float p, uint64_t seed,
-                                 uint64_t offset) override {
+  void do_attention_forward_dropout(bf16* out, float* lse, const bf16* qkv, const int32_t* mask,
+                                    bool causal, int B, int T, int NH, int HS, float p,
+                                    uint64_t seed, uint64_t offset) override {
     calls["attention_forward_dropout"]++;
     inner_->attention_forward_dropout(out, lse, qkv, mask, causal, B, T, NH, HS, p, seed, offset);
   }
-  void attention_backward_dropout(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
-                                  const float* lse, const int32_t* mask, bool causal, int B, int T,
-                                  int NH, int HS, float p, uint64_t seed,
-                                  uint64_t offset) override {
+  void do_attention_backward_dropout(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                                     const float* lse, const int32_t* mask, bool causal, int B,
+                                     int T, int NH, int HS, float p, uint64_t seed,
+                                     uint64_t offset) override {
     calls["attention_backward_dropout"]++;
     inner_->attention_backward_dropout(dqkv, dout, out, qkv, lse, mask, causal, B, T, NH, HS, p,
                                        seed, offset);
   }
-  void gather_rows(bf16* out, const bf16* inp, const int32_t* rows, int64_t count, int C) override {
+  void do_gather_rows(bf16* out, const bf16* inp, const int32_t* rows, int64_t count,
+                      int C) override {
     calls["gather_rows"]++, inner_->gather_rows(out, inp, rows, count, C);
   }
-  void scatter_add_rows(bf16* dinp, const bf16* dout, const int32_t* rows, int64_t count,
-                        int C) override {
+  void do_scatter_add_rows(bf16* dinp, const bf16* dout, const int32_t* rows, int64_t count,
+                           int C) override {
     calls["scatter_add_rows"]++, inner_->scatter_add_rows(dinp, dout, rows, count, C);
   }
-  double sum(const float* x, int64_t n) override { return calls["sum"]++, inner_->sum(x, n); }
-  double sum_squares(const bf16* x, int64_t n) override {
+  double do_sum(const float* x, int64_t n) override { return calls["sum"]++, inner_->sum(x, n); }
+  double do_sum_squares(const bf16* x, int64_t n) override {
     return calls["sum_squares"]++, inner_->sum_squares(x, n);
   }
-  void scale(bf16* x, float factor, int64_t n) override {
+  void do_scale(bf16* x, float factor, int64_t n) override {
     calls["scale"]++, inner_->scale(x, factor, n);
   }
-  void optimizer_step(const OptimizerStep& step) override {
+  void do_optimizer_step(const OptimizerStep& step) override {
     calls["optimizer_step"]++, optimizer_elements += step.n, inner_->optimizer_step(step);
   }
 

@@ -17,7 +17,6 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
 
 namespace collage::cpu {
 namespace {
@@ -69,10 +68,6 @@ void row_dropout_factors(float* factors, int keys, float p, uint64_t seed, uint6
   dropout_factors(factors, keys, p, seed, offset + (uint64_t(bh) * T + uint64_t(i)) * T);
 }
 
-void check_dropout(const char* op, float p) {
-  COLLAGE_CHECK(p >= 0.0f && p < 1.0f, "{}: dropout probability p = {} must be in [0, 1)", op, p);
-}
-
 }  // namespace
 
 template <typename S>
@@ -85,7 +80,6 @@ template <typename S>
 void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                                float dropout_p, uint64_t seed, uint64_t offset) {
-  check_dropout("attention_forward_dropout", dropout_p);
   const bool dropout = dropout_p > 0.0f;
   const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;  // qkv (B, T, 3C), out (B, T, C)
   const float scale = 1.0f / std::sqrt(float(HS));
@@ -156,7 +150,6 @@ void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S*
                                 const float* lse, const int32_t* key_mask, bool causal, int B,
                                 int T, int NH, int HS, float dropout_p, uint64_t seed,
                                 uint64_t offset) {
-  check_dropout("attention_backward_dropout", dropout_p);
   if (!dqkv) return;
   const bool dropout = dropout_p > 0.0f;
   const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;

@@ -63,136 +63,138 @@ class CpuBackend final : public BackendT<S> {
     if (bytes) std::memset(dst, 0, bytes);
   }
 
-  void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
-                         int C, int64_t vocab_begin, int64_t vocab_end) override {
+  void do_embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                            int C, int64_t vocab_begin, int64_t vocab_end) override {
     cpu::embedding_forward(cx_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
   }
-  void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
-                          int C, int64_t vocab_begin, int64_t vocab_end) override {
+  void do_embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
+                             int C, int64_t vocab_begin, int64_t vocab_end) override {
     cpu::embedding_backward(cx_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
   }
 
-  void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* weight,
-                         const S* bias, int64_t N, int C, float eps) override {
+  void do_layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* weight,
+                            const S* bias, int64_t N, int C, float eps) override {
     cpu::layernorm_forward(cx_, out, mean, rstd, inp, weight, bias, N, C, eps);
   }
-  void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
-                          const S* weight, const float* mean, const float* rstd, int64_t N,
-                          int C) override {
+  void do_layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                             const S* weight, const float* mean, const float* rstd, int64_t N,
+                             int C) override {
     cpu::layernorm_backward(cx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
-  void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int C,
-                      int OC) override {
+  void do_matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int C,
+                         int OC) override {
     cpu::matmul_forward(cx_, out, inp, weight, bias, N, C, OC);
   }
-  void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
-                       int64_t N, int C, int OC) override {
+  void do_matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                          const S* weight, int64_t N, int C, int OC) override {
     cpu::matmul_backward(cx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
 
-  void gelu_forward(S* out, const S* inp, int64_t n) override {
+  void do_gelu_forward(S* out, const S* inp, int64_t n) override {
     cpu::gelu_forward(cx_, out, inp, n);
   }
-  void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
+  void do_gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
     cpu::gelu_backward(cx_, dinp, inp, dout, n);
   }
-  void add(S* out, const S* a, const S* b, int64_t n) override { cpu::add(cx_, out, a, b, n); }
-  void accumulate(S* dst, const S* src, int64_t n) override { cpu::accumulate(cx_, dst, src, n); }
+  void do_add(S* out, const S* a, const S* b, int64_t n) override { cpu::add(cx_, out, a, b, n); }
+  void do_accumulate(S* dst, const S* src, int64_t n) override {
+    cpu::accumulate(cx_, dst, src, n);
+  }
 
-  void gelu_erf_forward(S* out, const S* inp, int64_t n) override {
+  void do_gelu_erf_forward(S* out, const S* inp, int64_t n) override {
     cpu::gelu_erf_forward(cx_, out, inp, n);
   }
-  void gelu_erf_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
+  void do_gelu_erf_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
     cpu::gelu_erf_backward(cx_, dinp, inp, dout, n);
   }
-  void tanh_forward(S* out, const S* inp, int64_t n) override {
+  void do_tanh_forward(S* out, const S* inp, int64_t n) override {
     cpu::tanh_forward(cx_, out, inp, n);
   }
-  void tanh_backward(S* dinp, const S* out, const S* dout, int64_t n) override {
+  void do_tanh_backward(S* dinp, const S* out, const S* dout, int64_t n) override {
     cpu::tanh_backward(cx_, dinp, out, dout, n);
   }
-  void dropout_forward(S* out, const S* inp, int64_t n, float p, uint64_t seed,
-                       uint64_t offset) override {
+  void do_dropout_forward(S* out, const S* inp, int64_t n, float p, uint64_t seed,
+                          uint64_t offset) override {
     cpu::dropout_forward(cx_, out, inp, n, p, seed, offset);
   }
-  void dropout_backward(S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
-                        uint64_t offset) override {
+  void do_dropout_backward(S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
+                           uint64_t offset) override {
     cpu::dropout_backward(cx_, dinp, dout, n, p, seed, offset);
   }
-  void attention_forward_dropout(S* out, float* lse, const S* qkv, const int32_t* key_mask,
-                                 bool causal, int B, int T, int NH, int HS, float p, uint64_t seed,
-                                 uint64_t offset) override {
+  void do_attention_forward_dropout(S* out, float* lse, const S* qkv, const int32_t* key_mask,
+                                    bool causal, int B, int T, int NH, int HS, float p,
+                                    uint64_t seed, uint64_t offset) override {
     cpu::attention_forward_dropout(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS, p, seed,
                                    offset);
   }
-  void attention_backward_dropout(S* dqkv, const S* dout, const S* /*out*/, const S* qkv,
-                                  const float* lse, const int32_t* key_mask, bool causal, int B,
-                                  int T, int NH, int HS, float p, uint64_t seed,
-                                  uint64_t offset) override {
+  void do_attention_backward_dropout(S* dqkv, const S* dout, const S* /*out*/, const S* qkv,
+                                     const float* lse, const int32_t* key_mask, bool causal, int B,
+                                     int T, int NH, int HS, float p, uint64_t seed,
+                                     uint64_t offset) override {
     cpu::attention_backward_dropout(cx_, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS, p,
                                     seed, offset);
   }
-  void gather_rows(S* out, const S* inp, const int32_t* rows, int64_t count, int C) override {
+  void do_gather_rows(S* out, const S* inp, const int32_t* rows, int64_t count, int C) override {
     cpu::gather_rows(cx_, out, inp, rows, count, C);
   }
-  void scatter_add_rows(S* dinp, const S* dout, const int32_t* rows, int64_t count,
-                        int C) override {
+  void do_scatter_add_rows(S* dinp, const S* dout, const int32_t* rows, int64_t count,
+                           int C) override {
     cpu::scatter_add_rows(cx_, dinp, dout, rows, count, C);
   }
 
-  void rope_forward(S* out, const S* qkv, int B, int T, int NH, int HS, float base) override {
+  void do_rope_forward(S* out, const S* qkv, int B, int T, int NH, int HS, float base) override {
     cpu::rope_forward(cx_, out, qkv, B, T, NH, HS, base);
   }
-  void rope_backward(S* dqkv, const S* dout, int B, int T, int NH, int HS, float base) override {
+  void do_rope_backward(S* dqkv, const S* dout, int B, int T, int NH, int HS, float base) override {
     cpu::rope_backward(cx_, dqkv, dout, B, T, NH, HS, base);
   }
 
-  void attention_forward(S* out, float* lse, const S* qkv, const int32_t* key_mask, bool causal,
-                         int B, int T, int NH, int HS) override {
+  void do_attention_forward(S* out, float* lse, const S* qkv, const int32_t* key_mask, bool causal,
+                            int B, int T, int NH, int HS) override {
     cpu::attention_forward(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS);
   }
   // `out` is not needed: the backward recomputes Σ_j P_ij dP_ij exactly from the recomputed
   // probabilities instead of dout·out, which would carry out's bf16 rounding.
-  void attention_backward(S* dqkv, const S* dout, const S* /*out*/, const S* qkv, const float* lse,
-                          const int32_t* key_mask, bool causal, int B, int T, int NH,
-                          int HS) override {
+  void do_attention_backward(S* dqkv, const S* dout, const S* /*out*/, const S* qkv,
+                             const float* lse, const int32_t* key_mask, bool causal, int B, int T,
+                             int NH, int HS) override {
     cpu::attention_backward(cx_, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS);
   }
 
-  void cross_entropy_forward(float* losses, const S* logits, const int32_t* targets, int64_t N,
-                             int V, int Vp, float* row_lse = nullptr) override {
+  void do_cross_entropy_forward(float* losses, const S* logits, const int32_t* targets, int64_t N,
+                                int V, int Vp, float* row_lse) override {
     cpu::cross_entropy_forward(cx_, losses, logits, targets, N, V, Vp, row_lse);
   }
-  void cross_entropy_backward(S* dlogits, const S* logits, const int32_t* targets, int64_t N, int V,
-                              int Vp, float dloss) override {
+  void do_cross_entropy_backward(S* dlogits, const S* logits, const int32_t* targets, int64_t N,
+                                 int V, int Vp, float dloss) override {
     cpu::cross_entropy_backward(cx_, dlogits, logits, targets, N, V, Vp, dloss);
   }
-  void cross_entropy_shard_max(float* row_max, const S* logits, int64_t N, int V, int Vl,
-                               int64_t vocab_begin) override {
+  void do_cross_entropy_shard_max(float* row_max, const S* logits, int64_t N, int V, int Vl,
+                                  int64_t vocab_begin) override {
     cpu::cross_entropy_shard_max(cx_, row_max, logits, N, V, Vl, vocab_begin);
   }
-  void cross_entropy_shard_sums(float* sums, const S* logits, const int32_t* targets,
-                                const float* row_max, int64_t N, int V, int Vl,
-                                int64_t vocab_begin) override {
+  void do_cross_entropy_shard_sums(float* sums, const S* logits, const int32_t* targets,
+                                   const float* row_max, int64_t N, int V, int Vl,
+                                   int64_t vocab_begin) override {
     cpu::cross_entropy_shard_sums(cx_, sums, logits, targets, row_max, N, V, Vl, vocab_begin);
   }
-  void cross_entropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sums,
-                                const int32_t* targets, int64_t N) override {
+  void do_cross_entropy_shard_loss(float* losses, float* lse, const float* row_max,
+                                   const float* sums, const int32_t* targets, int64_t N) override {
     cpu::cross_entropy_shard_loss(cx_, losses, lse, row_max, sums, targets, N);
   }
-  void cross_entropy_shard_backward(S* dlogits, const S* logits, const int32_t* targets,
-                                    const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin,
-                                    float dloss) override {
+  void do_cross_entropy_shard_backward(S* dlogits, const S* logits, const int32_t* targets,
+                                       const float* lse, int64_t N, int V, int Vl,
+                                       int64_t vocab_begin, float dloss) override {
     cpu::cross_entropy_shard_backward(cx_, dlogits, logits, targets, lse, N, V, Vl, vocab_begin,
                                       dloss);
   }
 
-  double sum(const float* x, int64_t n) override { return cpu::sum(cx_, x, n); }
-  double sum_squares(const S* x, int64_t n) override { return cpu::sum_squares(cx_, x, n); }
-  void scale(S* x, float factor, int64_t n) override { cpu::scale(cx_, x, factor, n); }
+  double do_sum(const float* x, int64_t n) override { return cpu::sum(cx_, x, n); }
+  double do_sum_squares(const S* x, int64_t n) override { return cpu::sum_squares(cx_, x, n); }
+  void do_scale(S* x, float factor, int64_t n) override { cpu::scale(cx_, x, factor, n); }
 
-  void optimizer_step(const OptimizerStep& step) override { cpu::optimizer_step<S>(cx_, step); }
+  void do_optimizer_step(const OptimizerStep& step) override { cpu::optimizer_step<S>(cx_, step); }
 
  private:
   cpu::CpuContext cx_;

@@ -7,7 +7,6 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
-#include "core/error.h"
 
 namespace collage::cpu {
 namespace {
@@ -16,11 +15,6 @@ namespace {
 // parallel loop (a slice starting anywhere draws the same factors as any other split).
 constexpr int64_t kSlice = 2048;
 constexpr int64_t kParallelThreshold = 1 << 15;
-
-void check_probability(const char* op, float p, int64_t n) {
-  COLLAGE_CHECK(p >= 0.0f && p < 1.0f, "{}: dropout probability p = {} must be in [0, 1)", op, p);
-  COLLAGE_CHECK(n >= 0, "{}: n = {} must be >= 0", op, n);
-}
 
 }  // namespace
 
@@ -36,11 +30,13 @@ void dropout_factors(float* factors, int64_t count, float p, uint64_t seed,
   }
 }
 
-// out = inp · factor; p = 0 is the identity (factor 1 everywhere: x·1 = x, no rounding).
-template <typename S>
-void dropout_forward(CpuContext& cx, S* out, const S* inp, int64_t n, float p, uint64_t seed,
-                     uint64_t offset) {
-  check_probability("dropout_forward", p, n);
+namespace {
+
+// For every slice of [0, n): the slice's factors (1 everywhere for p = 0: x·1 = x, no rounding),
+// then apply(begin, count, factors). The arguments are checked by the contract (backend.h).
+template <typename Apply>
+void for_each_slice(CpuContext& cx, int64_t n, float p, uint64_t seed, uint64_t offset,
+                    Apply apply) {
   const int64_t slices = (n + kSlice - 1) / kSlice;
 #pragma omp parallel for schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
   for (int64_t slice = 0; slice < slices; slice++) {
@@ -51,34 +47,33 @@ void dropout_forward(CpuContext& cx, S* out, const S* inp, int64_t n, float p, u
     } else {
       dropout_factors(factors, count, p, seed, offset + uint64_t(begin));
     }
-#pragma omp simd
-    for (int64_t k = 0; k < count; k++) {
-      store(out[begin + k], load(inp[begin + k]) * factors[k]);
-    }
+    apply(begin, count, factors);
   }
+}
+
+}  // namespace
+
+// out = inp · factor.
+template <typename S>
+void dropout_forward(CpuContext& cx, S* out, const S* inp, int64_t n, float p, uint64_t seed,
+                     uint64_t offset) {
+  for_each_slice(cx, n, p, seed, offset, [&](int64_t begin, int64_t count, const float* factors) {
+#pragma omp simd
+    for (int64_t k = 0; k < count; k++) store(out[begin + k], load(inp[begin + k]) * factors[k]);
+  });
 }
 
 // dinp += dout · factor (the forward's factors, recomputed).
 template <typename S>
 void dropout_backward(CpuContext& cx, S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
                       uint64_t offset) {
-  check_probability("dropout_backward", p, n);
   if (!dinp) return;
-  const int64_t slices = (n + kSlice - 1) / kSlice;
-#pragma omp parallel for schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
-  for (int64_t slice = 0; slice < slices; slice++) {
-    const int64_t begin = slice * kSlice, count = std::min(kSlice, n - begin);
-    float factors[kSlice];
-    if (p == 0.0f) {
-      std::fill(factors, factors + count, 1.0f);
-    } else {
-      dropout_factors(factors, count, p, seed, offset + uint64_t(begin));
-    }
+  for_each_slice(cx, n, p, seed, offset, [&](int64_t begin, int64_t count, const float* factors) {
 #pragma omp simd
     for (int64_t k = 0; k < count; k++) {
       store(dinp[begin + k], load(dinp[begin + k]) + load(dout[begin + k]) * factors[k]);
     }
-  }
+  });
 }
 
 #define COLLAGE_INSTANTIATE(S)                                                                  \

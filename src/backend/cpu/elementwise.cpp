@@ -24,6 +24,7 @@ void gelu_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {
 
 template <typename S>
 void gelu_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t n) {
+  if (!dinp) return;
 #pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; i++) {
     store(dinp[i], load(dinp[i]) + math::gelu_derivative(load(inp[i])) * load(dout[i]));

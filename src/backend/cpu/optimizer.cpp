@@ -25,7 +25,6 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
-#include "core/error.h"
 #include "numerics/collage_math.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -52,20 +51,6 @@ constexpr int64_t kChunk = 16384;
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
 static_assert(kChunk % collage::math::kLanes == 0, "only a tensor's last chunk has a tail");
 #endif
-
-void check_step(const OptimizerStep& step) {
-  const char* name = precision_name(step.precision);
-  COLLAGE_CHECK(step.n >= 0, "optimizer step ({}): n = {} is negative", name, step.n);
-  COLLAGE_CHECK(step.param && step.grad, "optimizer step ({}): param and grad must be set", name);
-  for (int c = 0; c < state_count(step.precision); c++) {
-    COLLAGE_CHECK(step.state[c], "optimizer step ({}): state[{}] is not set ({} state tensors)",
-                  name, c, state_count(step.precision));
-  }
-  COLLAGE_CHECK(step.t >= 1, "optimizer step: step counter t = {} must start at 1", step.t);
-  COLLAGE_CHECK(step.beta1 >= 0 && step.beta1 < 1 && step.beta2 >= 0 && step.beta2 < 1,
-                "optimizer step: beta1 = {} and beta2 = {} must be in [0, 1)", step.beta1,
-                step.beta2);
-}
 
 // The EDQ sums of one chunk.
 struct ChunkSums {
@@ -281,13 +266,6 @@ T* state(const OptimizerStep& step, int index) {
 // The precision picks the strategy; step_chunk runs its at<B>(i) over the elements.
 template <typename S>
 void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
-  if (is_fp32_storage<S> && step.precision != Precision::fp32_master) {
-    fail(
-        "optimizer: precision {} keeps bf16 state and needs the bf16 backend (the fp32 "
-        "backend runs fp32-master only)",
-        precision_name(step.precision));
-  }
-  check_step(step);
   const cm::AdamScalars s =
       cm::make_adam_scalars(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.t,
                             step.adam_order == AdamOrder::hf);

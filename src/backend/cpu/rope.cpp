@@ -6,7 +6,6 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/storage.h"
-#include "core/error.h"
 #include "numerics/rope_table.h"
 
 namespace collage::cpu {
@@ -26,7 +25,6 @@ const RopeTable& rope_table(CpuContext& cx, int T, int HS, float base) {
 // Forward: out = R·in (out may alias in). Backward: out += Rᵀ·in.
 template <typename S, bool kBackward>
 void rotate(CpuContext& cx, S* out, const S* in, int B, int T, int NH, int HS, float base) {
-  COLLAGE_CHECK(HS % 2 == 0, "rope: head size {} is odd; rotate-half needs pairs", HS);
   const RopeTable& table = rope_table(cx, T, HS, base);
   const int half = HS / 2;
   const int64_t C = int64_t(NH) * HS;

@@ -79,37 +79,38 @@ class CudaBackend final : public Backend {
   std::vector<OpFamilyTime> stop_profile() override { return profile_stop(cx_); }
 
   // ---- ops ----
-  void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
-                         int T, int C, int64_t vocab_begin, int64_t vocab_end) override {
+  void do_embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
+                            int B, int T, int C, int64_t vocab_begin, int64_t vocab_end) override {
     cuda::embedding_forward(cx_, dev(out), tokens, dev(wte), dev(wpe), B, T, C, vocab_begin,
                             vocab_end);
   }
-  void embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B,
-                          int T, int C, int64_t vocab_begin, int64_t vocab_end) override {
+  void do_embedding_backward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                             int T, int C, int64_t vocab_begin, int64_t vocab_end) override {
     cuda::embedding_backward(cx_, dev(dwte), dev(dwpe), dev(dout), tokens, B, T, C, vocab_begin,
                              vocab_end);
   }
 
-  void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
-                         const bf16* bias, int64_t N, int C, float eps) override {
+  void do_layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                            const bf16* weight, const bf16* bias, int64_t N, int C,
+                            float eps) override {
     cuda::layernorm_forward(cx_, dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps);
   }
-  void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd,
-                                  const bf16* a, const bf16* b, const bf16* weight,
-                                  const bf16* bias, int64_t N, int C, float eps) override {
+  void do_residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd,
+                                     const bf16* a, const bf16* b, const bf16* weight,
+                                     const bf16* bias, int64_t N, int C, float eps) override {
     cuda::residual_layernorm_forward(cx_, dev(residual), dev(out), mean, rstd, dev(a), dev(b),
                                      dev(weight), dev(bias), N, C, eps);
   }
-  void layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
-                          const bf16* weight, const float* mean, const float* rstd, int64_t N,
-                          int C) override {
+  void do_layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
+                             const bf16* inp, const bf16* weight, const float* mean,
+                             const float* rstd, int64_t N, int C) override {
     cuda::layernorm_backward(cx_, dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp),
                              dev(weight), mean, rstd, N, C);
   }
 
   // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ + bias: one GEMM, the bias as its epilogue.
-  void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int64_t N,
-                      int C, int OC) override {
+  void do_matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
+                         int64_t N, int C, int OC) override {
     GemmCall g;
     g.a = dev(inp), g.lda = C;
     g.b = dev(weight), g.ldb = C, g.transpose_b = true;
@@ -120,8 +121,8 @@ class CudaBackend final : public Backend {
   }
   // dinp (N, C) += dout (N, OC) · weight (OC, C); dweight (OC, C) += doutᵀ · inp (N, C);
   // dbias (OC) += Σ_rows dout. The GEMMs accumulate with beta = 1 (one rounding).
-  void matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
-                       const bf16* weight, int64_t N, int C, int OC) override {
+  void do_matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
+                          const bf16* weight, int64_t N, int C, int OC) override {
     if (dinp) {
       GemmCall g;
       g.a = dev(dout), g.lda = OC;
@@ -143,121 +144,123 @@ class CudaBackend final : public Backend {
     if (dbias) bias_backward(cx_, dev(dbias), dev(dout), N, OC);
   }
 
-  void gelu_forward(bf16* out, const bf16* inp, int64_t n) override {
+  void do_gelu_forward(bf16* out, const bf16* inp, int64_t n) override {
     cuda::gelu_forward(cx_, dev(out), dev(inp), n);
   }
-  void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
+  void do_gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
     cuda::gelu_backward(cx_, dev(dinp), dev(inp), dev(dout), n);
   }
-  void add(bf16* out, const bf16* a, const bf16* b, int64_t n) override {
+  void do_add(bf16* out, const bf16* a, const bf16* b, int64_t n) override {
     cuda::add(cx_, dev(out), dev(a), dev(b), n);
   }
-  void accumulate(bf16* dst, const bf16* src, int64_t n) override {
+  void do_accumulate(bf16* dst, const bf16* src, int64_t n) override {
     cuda::accumulate(cx_, dev(dst), dev(src), n);
   }
 
-  void gelu_erf_forward(bf16* out, const bf16* inp, int64_t n) override {
+  void do_gelu_erf_forward(bf16* out, const bf16* inp, int64_t n) override {
     cuda::gelu_erf_forward(cx_, dev(out), dev(inp), n);
   }
-  void gelu_erf_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
+  void do_gelu_erf_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
     cuda::gelu_erf_backward(cx_, dev(dinp), dev(inp), dev(dout), n);
   }
-  void tanh_forward(bf16* out, const bf16* inp, int64_t n) override {
+  void do_tanh_forward(bf16* out, const bf16* inp, int64_t n) override {
     cuda::tanh_forward(cx_, dev(out), dev(inp), n);
   }
-  void tanh_backward(bf16* dinp, const bf16* out, const bf16* dout, int64_t n) override {
+  void do_tanh_backward(bf16* dinp, const bf16* out, const bf16* dout, int64_t n) override {
     cuda::tanh_backward(cx_, dev(dinp), dev(out), dev(dout), n);
   }
-  void dropout_forward(bf16* out, const bf16* inp, int64_t n, float p, uint64_t seed,
-                       uint64_t offset) override {
+  void do_dropout_forward(bf16* out, const bf16* inp, int64_t n, float p, uint64_t seed,
+                          uint64_t offset) override {
     cuda::dropout_forward(cx_, dev(out), dev(inp), n, p, seed, offset);
   }
-  void dropout_backward(bf16* dinp, const bf16* dout, int64_t n, float p, uint64_t seed,
-                        uint64_t offset) override {
+  void do_dropout_backward(bf16* dinp, const bf16* dout, int64_t n, float p, uint64_t seed,
+                           uint64_t offset) override {
     cuda::dropout_backward(cx_, dev(dinp), dev(dout), n, p, seed, offset);
   }
-  void attention_forward_dropout(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                                 bool causal, int B, int T, int NH, int HS, float p, uint64_t seed,
-                                 uint64_t offset) override {
+  void do_attention_forward_dropout(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                                    bool causal, int B, int T, int NH, int HS, float p,
+                                    uint64_t seed, uint64_t offset) override {
     cuda::attention_forward_dropout(cx_, dev(out), lse, dev(qkv), key_mask, causal, B, T, NH, HS, p,
                                     seed, offset);
   }
-  void attention_backward_dropout(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
-                                  const float* lse, const int32_t* key_mask, bool causal, int B,
-                                  int T, int NH, int HS, float p, uint64_t seed,
-                                  uint64_t offset) override {
+  void do_attention_backward_dropout(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                                     const float* lse, const int32_t* key_mask, bool causal, int B,
+                                     int T, int NH, int HS, float p, uint64_t seed,
+                                     uint64_t offset) override {
     cuda::attention_backward_dropout(cx_, dev(dqkv), dev(dout), dev(out), dev(qkv), lse, key_mask,
                                      causal, B, T, NH, HS, p, seed, offset);
   }
-  void gather_rows(bf16* out, const bf16* inp, const int32_t* rows, int64_t count, int C) override {
+  void do_gather_rows(bf16* out, const bf16* inp, const int32_t* rows, int64_t count,
+                      int C) override {
     cuda::gather_rows(cx_, dev(out), dev(inp), rows, count, C);
   }
-  void scatter_add_rows(bf16* dinp, const bf16* dout, const int32_t* rows, int64_t count,
-                        int C) override {
+  void do_scatter_add_rows(bf16* dinp, const bf16* dout, const int32_t* rows, int64_t count,
+                           int C) override {
     cuda::scatter_add_rows(cx_, dev(dinp), dev(dout), rows, count, C);
   }
 
-  void rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS, float base) override {
+  void do_rope_forward(bf16* out, const bf16* qkv, int B, int T, int NH, int HS,
+                       float base) override {
     cuda::rope_forward(cx_, dev(out), dev(qkv), B, T, NH, HS, base);
   }
-  void rope_backward(bf16* dqkv, const bf16* dout, int B, int T, int NH, int HS,
-                     float base) override {
+  void do_rope_backward(bf16* dqkv, const bf16* dout, int B, int T, int NH, int HS,
+                        float base) override {
     cuda::rope_backward(cx_, dev(dqkv), dev(dout), B, T, NH, HS, base);
   }
 
-  void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                         bool causal, int B, int T, int NH, int HS) override {
+  void do_attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                            bool causal, int B, int T, int NH, int HS) override {
     cuda::attention_forward(cx_, dev(out), lse, dev(qkv), key_mask, causal, B, T, NH, HS);
   }
-  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
-                          const float* lse, const int32_t* key_mask, bool causal, int B, int T,
-                          int NH, int HS) override {
+  void do_attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                             const float* lse, const int32_t* key_mask, bool causal, int B, int T,
+                             int NH, int HS) override {
     cuda::attention_backward(cx_, dev(dqkv), dev(dout), dev(out), dev(qkv), lse, key_mask, causal,
                              B, T, NH, HS);
   }
 
-  void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
-                             int V, int Vp, float* row_lse = nullptr) override {
+  void do_cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets,
+                                int64_t N, int V, int Vp, float* row_lse) override {
     cuda::cross_entropy_forward(cx_, losses, dev(logits), targets, N, V, Vp, row_lse);
   }
-  void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
-                              int V, int Vp, float dloss) override {
+  void do_cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                 int64_t N, int V, int Vp, float dloss) override {
     cuda::cross_entropy_backward(cx_, dev(dlogits), dev(logits), targets, N, V, Vp, dloss);
   }
-  void cross_entropy_shard_max(float* row_max, const bf16* logits, int64_t N, int V, int Vl,
-                               int64_t vocab_begin) override {
+  void do_cross_entropy_shard_max(float* row_max, const bf16* logits, int64_t N, int V, int Vl,
+                                  int64_t vocab_begin) override {
     cuda::cross_entropy_shard_max(cx_, row_max, dev(logits), N, V, Vl, vocab_begin);
   }
-  void cross_entropy_shard_sums(float* sums, const bf16* logits, const int32_t* targets,
-                                const float* row_max, int64_t N, int V, int Vl,
-                                int64_t vocab_begin) override {
+  void do_cross_entropy_shard_sums(float* sums, const bf16* logits, const int32_t* targets,
+                                   const float* row_max, int64_t N, int V, int Vl,
+                                   int64_t vocab_begin) override {
     cuda::cross_entropy_shard_sums(cx_, sums, dev(logits), targets, row_max, N, V, Vl, vocab_begin);
   }
-  void cross_entropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sums,
-                                const int32_t* targets, int64_t N) override {
+  void do_cross_entropy_shard_loss(float* losses, float* lse, const float* row_max,
+                                   const float* sums, const int32_t* targets, int64_t N) override {
     cuda::cross_entropy_shard_loss(cx_, losses, lse, row_max, sums, targets, N);
   }
-  void cross_entropy_shard_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
-                                    const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin,
-                                    float dloss) override {
+  void do_cross_entropy_shard_backward(bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                       const float* lse, int64_t N, int V, int Vl,
+                                       int64_t vocab_begin, float dloss) override {
     cuda::cross_entropy_shard_backward(cx_, dev(dlogits), dev(logits), targets, lse, N, V, Vl,
                                        vocab_begin, dloss);
   }
 
   // The two reads of a training step (the loss and the gradient norm): the host waits here.
-  double sum(const float* x, int64_t n) override {
+  double do_sum(const float* x, int64_t n) override {
     cuda::sum(cx_, result_, x, n);
     return read_result();
   }
-  double sum_squares(const bf16* x, int64_t n) override {
+  double do_sum_squares(const bf16* x, int64_t n) override {
     cuda::sum_squares(cx_, result_, dev(x), n);
     return read_result();
   }
-  void scale(bf16* x, float factor, int64_t n) override { cuda::scale(cx_, dev(x), factor, n); }
+  void do_scale(bf16* x, float factor, int64_t n) override { cuda::scale(cx_, dev(x), factor, n); }
 
   // The step is queued; its EDQ sums land in a device slot of their own and reach step.edq at
   // the next synchronize().
-  void optimizer_step(const OptimizerStep& step) override {
+  void do_optimizer_step(const OptimizerStep& step) override {
     double* slot = nullptr;
     if (step.edq) {
       constexpr size_t kSlotBytes = 4 * sizeof(double);
