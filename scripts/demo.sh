@@ -9,7 +9,9 @@ scripts/install-deps.sh
 if ! command -v nvcc >/dev/null && [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]]; then
   export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"  # build the cuda backend too
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+generator=()  # Ninja for a new build directory, as scripts/test.sh
+[[ ! -f build/CMakeCache.txt ]] && command -v ninja >/dev/null && generator=(-G Ninja)
+cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target collage
 # Running the demo again starts it over (--overwrite deletes the earlier run's checkpoints),
 # unless you ask to continue it: scripts/demo.sh --resume

@@ -17,7 +17,9 @@ if ((${#targets[@]} == 0)); then
   targets=(indexed_dataset gpt_dataset config checkpoint gpt2_tokenizer gpt2_tokenizer_files
            document_reader wordpiece_tokenizer bert_hdf5)
 fi
-CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Fuzz \
+generator=()  # Ninja for a new build directory, as scripts/test.sh
+[[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null && generator=(-G Ninja)
+CC=clang CXX=clang++ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Fuzz \
   -DCOLLAGE_FUZZ=ON -DCOLLAGE_WITH_CUDA=OFF -DCOLLAGE_BUILD_TESTS=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 

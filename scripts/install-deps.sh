@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake git pkg-config ca-certificates
+  build-essential cmake ninja-build git pkg-config ca-certificates
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libopenblas-dev libpcre2-dev
   libdnnl-dev                          # oneDNN: bf16 matmuls on AMX / AVX512-BF16 CPUs

@@ -27,6 +27,13 @@ elif ! command -v nvcc >/dev/null && [[ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nv
   # too (a kernel that does not compile fails the build).
   export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 fi
+# A new build directory is generated for Ninja: it compiles a target's files as soon as their
+# own inputs exist, where make first waits for every library the target links, and leaves a
+# core idle whenever one target's last file is the only work left. (An existing directory keeps
+# the generator it was made with.)
+if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then
+  cmake_args+=(-G Ninja)
+fi
 cmake -S . -B "$build" "${cmake_args[@]}"
 cmake --build "$build" -j"$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "${ctest_args[@]}" "$@"

@@ -8,6 +8,7 @@
 // a few ulp on other shapes); a wrong mask, layout or op gives O(1) differences.
 #include "model/bert.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,7 +33,7 @@ struct EncoderRun {
 
 EncoderRun run(Backend& backend, const std::string& arch, std::vector<ParameterInfo>* table) {
   const test::Fixture f =
-      test::read_fixture(std::string(COLLAGE_FIXTURES) + "/" + arch + "_encoder.bin");
+      test::read_fixture(fmt::format("{}/{}_encoder.bin", COLLAGE_FIXTURES, arch));
   const std::vector<float>& c = entry(f, "config").data;
   ModelConfig config;
   config.arch = arch;

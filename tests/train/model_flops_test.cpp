@@ -5,6 +5,7 @@
 // exactly one share of the count (or be a lookup table the count leaves out).
 #include "plan/model_flops.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,7 +18,7 @@ namespace collage {
 namespace {
 
 Config config_file(const std::string& relative, const std::vector<std::string>& overrides = {}) {
-  return load_config(std::string(COLLAGE_SOURCE_DIR) + "/" + relative, overrides);
+  return load_config(fmt::format("{}/{}", COLLAGE_SOURCE_DIR, relative), overrides);
 }
 
 // The shares of model_flops() rebuilt from the parameter table by name. Vocabulary-sized rows
