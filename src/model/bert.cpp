@@ -54,14 +54,14 @@ BertT<Storage>::BertT(const ModelConfig& config, BackendT<Storage>& backend, int
     : Base(config, backend, micro_batch, seq_len, layout, tensor_parallel, memory_multiple,
            bert_parameter_table(config, layout.tp) /* validates the config and tp */, "BERT"),
       max_predictions_(max_predictions),
-      nsp_(architecture(config).next_sentence) {
+      nsp_(architecture(config).next_sentence),
+      positions_past_padding_(architecture(config).positions_past_padding) {
   COLLAGE_CHECK(max_predictions >= 1 && max_predictions <= seq_len,
                 "data.max_predictions: {} must be in [1, data.seq_len = {}]", max_predictions,
                 seq_len);
   // RoBERTa's positions run up to pad_token_id + T.
-  const int64_t positions_needed = architecture(config).positions_past_padding
-                                       ? int64_t{seq_len} + config.pad_token_id + 1
-                                       : seq_len;
+  const int64_t positions_needed =
+      positions_past_padding_ ? int64_t{seq_len} + config.pad_token_id + 1 : seq_len;
   COLLAGE_CHECK(seq_len >= 1 && positions_needed <= config.max_position_embeddings,
                 "data.seq_len: {} needs {} positions, more than model.max_position_embeddings {}",
                 seq_len, positions_needed, config.max_position_embeddings);
@@ -238,7 +238,6 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
 
   // Host side: check the ids, derive positions, the labelled rows and the [CLS] rows.
   std::vector<int32_t> positions(N), key_mask(N);
-  const bool positions_past_padding = architecture(config_).positions_past_padding;
   for (int b = 0; b < B; b++) {
     int32_t real_tokens = 0;
     for (int t = 0; t < T; t++) {
@@ -252,9 +251,9 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
       key_mask[i] = batch.input_mask[i] != 0;
       real_tokens += key_mask[i];
       // RoBERTa: real tokens count up from pad_token_id + 1, padding sits at pad_token_id.
-      positions[i] = !positions_past_padding ? t
-                     : key_mask[i]           ? config_.pad_token_id + real_tokens
-                                             : config_.pad_token_id;
+      positions[i] = !positions_past_padding_ ? t
+                     : key_mask[i]            ? config_.pad_token_id + real_tokens
+                                              : config_.pad_token_id;
     }
   }
   std::vector<int32_t> rows, cls_rows(B);

@@ -165,7 +165,8 @@ class BertT : public TransformerModelT<Storage, MaskedLanguageModelT<Storage>> {
   using Base::table_, Base::num_parameters_, Base::params_, Base::grads_, Base::tp_comm_,
       Base::all_reduce_tp;
   int max_predictions_;
-  bool nsp_;  // BERT: pooler + NSP head
+  bool nsp_;                     // BERT: pooler + NSP head
+  bool positions_past_padding_;  // RoBERTa: positions start at pad_token_id + 1
   Weights weights_, grad_weights_;
   std::unique_ptr<Activations> acts_;
 
