@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "model/model_family.h"
 #include "optim/memory_report.h"
+#include "tools/posix_file.h"
 
 namespace collage {
 
@@ -70,26 +71,6 @@ std::vector<uint8_t> encode(const bf16* values, int64_t n, const std::string& dt
 // A float config value (1e-5f) as the decimal it was written as (1e-05), not as the double
 // nearest the float (9.99999974737875e-06).
 double shortest(float value) { return std::stod(fmt::format("{}", value)); }
-
-// Writes `data` to `path` and fsyncs it.
-void write_file_synced(const std::string& path, const std::string& data) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      fail("{}: write failed: {}", path, std::strerror(e));
-    }
-    p += n, left -= size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    fail("{}: fsync/close failed: {}", path, std::strerror(errno));
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
