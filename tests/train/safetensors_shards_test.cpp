@@ -1,9 +1,9 @@
 // Safetensors written a tensor at a time, split into Hugging Face's shards with their index, and
-// read lazily (src/tools/safetensors.h, safetensors_shards.h, safetensors_reader.h): the plans
+// read lazily (src/checkpoint/safetensors.h, safetensors_shards.h, safetensors_reader.h): the plans
 // against hand-computed Hugging Face plans, --max-shard-size parsing, round trips through one
 // file and through many shards, the index, the order the bytes are asked in, and every refusal
 // naming its file.
-#include "tools/safetensors_shards.h"
+#include "checkpoint/safetensors_shards.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../error_of.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_reader.h"
 #include "core/error.h"
-#include "tools/safetensors.h"
-#include "tools/safetensors_reader.h"
 
 namespace collage {
 namespace {

@@ -1,5 +1,5 @@
 // The safetensors format by hand: see safetensors.h.
-#include "tools/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <fmt/ranges.h>
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace collage {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/posix_file.h"
-#include "tools/safetensors.h"
+#include "checkpoint/posix_file.h"
+#include "checkpoint/safetensors.h"
 
 namespace collage {
 

@@ -1,5 +1,5 @@
 // Hugging Face's sharded safetensors layout: see safetensors_shards.h.
-#include "tools/safetensors_shards.h"
+#include "checkpoint/safetensors_shards.h"
 
 #include <fmt/format.h>
 

@@ -1,13 +1,13 @@
 // A model's safetensors, one file or shards with an index, opened lazily: see
 // safetensors_reader.h.
-#include "tools/safetensors_reader.h"
+#include "checkpoint/safetensors_reader.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "checkpoint/safetensors_shards.h"
 #include "core/error.h"
-#include "tools/safetensors_shards.h"
 
 namespace collage {
 

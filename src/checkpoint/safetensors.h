@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/posix_file.h"
+#include "checkpoint/posix_file.h"
 
 namespace collage {
 

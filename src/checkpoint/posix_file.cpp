@@ -1,5 +1,5 @@
 // Whole reads and writes through POSIX descriptors: see posix_file.h.
-#include "tools/posix_file.h"
+#include "checkpoint/posix_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
