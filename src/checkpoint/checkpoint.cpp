@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/posix_file.h"
 #include "core/error.h"
 
 #if defined(__SSE4_2__)
@@ -261,6 +262,7 @@ Checkpoint read_checkpoint(const std::string& path, bool keep_data, bool header_
         fail("tensor '{}' has an inconsistent directory entry", t.name);
       end_of_previous = offset + bytes;
       offsets.push_back(offset);
+      t.file_offset = align_up(kHeaderBytes + meta_bytes) + offset;
       ckpt.tensors.push_back(std::move(t));
     }
   } catch (const std::exception& e) {  // nlohmann::json errors and the checks above
@@ -417,6 +419,14 @@ Checkpoint load_checkpoint(const std::string& path) { return read_checkpoint(pat
 
 Checkpoint read_checkpoint_header(const std::string& path) {
   return read_checkpoint(path, /*keep_data=*/false, /*header_only=*/true);
+}
+
+std::vector<uint8_t> read_checkpoint_tensor(const std::string& path,
+                                            const CheckpointTensor& tensor) {
+  std::vector<uint8_t> bytes(byte_size(tensor.shape, tensor.dtype));
+  const FileDescriptor fd = open_for_reading(path);
+  pread_all(fd.get(), path, bytes.data(), bytes.size(), tensor.file_offset);
+  return bytes;
 }
 
 std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest) {

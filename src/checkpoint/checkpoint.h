@@ -40,6 +40,7 @@ struct CheckpointTensor {
   std::string dtype;           // "bf16" | "f32" | "i32" | "u8"
   std::vector<int64_t> shape;  // {} is a scalar
   std::vector<uint8_t> bytes;  // numel * dtype size raw little-endian elements
+  uint64_t file_offset = 0;    // where its bytes start in the file (set when read)
 
   int64_t numel() const;
 };
@@ -73,6 +74,11 @@ Checkpoint load_checkpoint(const std::string& path);
 // The step, metadata and tensor directory of `path` (header checks only: no tensor data is
 // read and the checksum is not verified), for learning what a checkpoint holds before loading.
 Checkpoint read_checkpoint_header(const std::string& path);
+
+// The bytes of `tensor` (from read_checkpoint_header(path)) read from the file alone, without
+// the checksum: verify_checkpoint() first. For reading a large checkpoint a tensor at a time.
+std::vector<uint8_t> read_checkpoint_tensor(const std::string& path,
+                                            const CheckpointTensor& tensor);
 
 // The shard files a manifest lists (empty for a single-file checkpoint).
 std::vector<std::string> checkpoint_shard_paths(const Checkpoint& manifest);

@@ -18,8 +18,6 @@
 #include <set>
 #include <sstream>
 
-#include "backend/backend.h"
-#include "backend/cpu/cpu_backend.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_info.h"
 #include "checkpoint/posix_file.h"
@@ -29,6 +27,7 @@
 #include "config/architecture.h"
 #include "core/error.h"
 #include "model/model_family.h"
+#include "model/tensor_shards.h"
 #include "optim/memory_report.h"
 
 namespace collage {
@@ -74,6 +73,34 @@ std::string describe_entries(const fs::path& dir) {
 
 }  // namespace
 
+namespace {
+
+// A checkpoint part's header and what it holds: tensor-parallel rank `tp_rank`'s weights or not.
+struct WeightsPart {
+  std::string path;
+  Checkpoint header;
+  int tp_rank = 0;
+  bool weights = true;
+};
+
+// The parts of `path` (itself, or its manifest's shards), headers only.
+std::vector<WeightsPart> weights_parts(const std::string& path, const Checkpoint& top) {
+  std::vector<std::string> paths = checkpoint_shard_paths(top);
+  if (paths.empty()) paths = {path};
+  std::vector<WeightsPart> parts;
+  for (const std::string& p : paths) {
+    WeightsPart part{p, p == path ? top : read_checkpoint_header(p)};
+    if (part.header.meta.contains("part")) {  // single-process checkpoints have no "part"
+      part.tp_rank = part.header.meta.at("part").at("tp_rank").get<int>();
+      part.weights = part.header.meta.at("part").at("weights").get<bool>();
+    }
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+}  // namespace
+
 CheckpointWeights read_checkpoint_weights(const std::string& checkpoint) {
   std::error_code ec;
   COLLAGE_CHECK(fs::exists(checkpoint, ec), "{}: no such checkpoint file or directory", checkpoint);
@@ -83,15 +110,52 @@ CheckpointWeights read_checkpoint_weights(const std::string& checkpoint) {
   w.step = info.step;
   w.precision = info.meta.value("precision", "");
   w.config = info.config;
-  // A tp = 1 model of the smallest shape (its activations are not used): the weights of any
-  // saved layout are put back together whole by load_checkpoint_weights().
-  auto backend = make_cpu_backend(0);
-  const std::unique_ptr<TrainableModel> model = make_model(
-      w.config.model, *backend, ModelShape{.micro_batch = 1, .seq_len = 1, .max_predictions = 1});
-  load_checkpoint_weights(w.path, w.config, *backend, *model);
-  w.table = model->parameters();
-  w.values.resize(size_t(model->num_parameters()));
-  backend->copy_to_host(w.values.data(), model->parameter_memory(), w.values.size() * sizeof(bf16));
+  // Every byte checked (and a set's shards against its manifest) without keeping any; then the
+  // weights read a tensor at a time, never the optimizer state: the model is held once.
+  verify_checkpoint(w.path);
+  const Checkpoint top = read_checkpoint_header(w.path);
+  const int saved_tp =
+      top.meta.contains("layout") ? top.meta.at("layout").at("tensor_parallel").get<int>() : 1;
+  const std::vector<WeightsPart> parts = weights_parts(w.path, top);
+  std::vector<const WeightsPart*> of_rank(size_t(saved_tp), nullptr);
+  for (const WeightsPart& part : parts)
+    if (part.weights && part.tp_rank >= 0 && part.tp_rank < saved_tp && !of_rank[part.tp_rank])
+      of_rank[part.tp_rank] = &part;
+  for (int r = 0; r < saved_tp; r++)
+    COLLAGE_CHECK(of_rank[r] != nullptr,
+                  "{}: the checkpoint lacks the weights of tensor-parallel rank {} of {} (a shard "
+                  "is missing)",
+                  w.path, r, saved_tp);
+
+  const ModelConfig& model = w.config.model;
+  w.table = model_parameter_table(model, 1);
+  std::map<std::string, const ParameterInfo*> whole;
+  int64_t total = 0;
+  for (const ParameterInfo& info : w.table) {
+    whole[info.name] = &info;
+    total = std::max(total, info.offset + info.numel);
+  }
+  w.values.assign(size_t(total), bf16{0});
+  std::vector<uint8_t> full;
+  for (const ParameterInfo& info : model_parameter_table(model, saved_tp)) {
+    int64_t numel = 1;
+    for (int64_t d : info.full_shape) numel *= d;
+    full.assign(size_t(numel) * sizeof(bf16), 0);
+    for (int r = 0; r < saved_tp; r++) {
+      const WeightsPart& part = *of_rank[r];
+      const CheckpointTensor& t = part.header.tensor(info.name);
+      COLLAGE_CHECK(t.shape == info.shape && t.dtype == "bf16",
+                    "{}: parameter '{}' has shape {} ({}) in the checkpoint but {} (bf16) in the "
+                    "model at tensor-parallel {}: the model config differs from the checkpoint's",
+                    part.path, info.name, fmt::join(t.shape, "x"), t.dtype,
+                    fmt::join(info.shape, "x"), saved_tp);
+      copy_shard_into(read_checkpoint_tensor(part.path, t).data(), full.data(), info, {saved_tp, r},
+                      sizeof(bf16));
+    }
+    // At tp = 1 the vocabulary has as many padding rows or fewer: its first rows.
+    const ParameterInfo& to = *whole.at(info.name);
+    std::memcpy(w.values.data() + to.offset, full.data(), size_t(to.numel) * sizeof(bf16));
+  }
   return w;
 }
 
@@ -417,14 +481,18 @@ ExportResult export_checkpoint(const ExportOptions& options) {
   const size_t shards =
       size_t(std::count_if(result.files.begin(), result.files.end(),
                            [](const std::string& f) { return is_export_shard_name(f); }));
-  spdlog::info("export: wrote {}: {} tensors, {} ({}{}), and {} in {:.1f} s",
-               (target.shown / (shards ? kSafetensorsIndexFile : kSafetensorsSingleFile)).string(),
-               result.tensors, format_bytes(double(result.safetensors_bytes)), dtype,
-               shards ? fmt::format(", {} shards", shards) : "",
-               result.files.size() > 1 ? fmt::format("{}", fmt::join(result.files.begin() + 1,
-                                                                     result.files.end(), ", "))
-                                       : std::string("no other file"),
-               result.seconds);
+  // The weights' file(s), then the others: "model-00001-of-00003.safetensors ... (3 shards)".
+  std::vector<std::string> others;
+  for (const std::string& f : result.files)
+    if (!is_export_shard_name(f) && f != kSafetensorsSingleFile && f != kSafetensorsIndexFile)
+      others.push_back(f);
+  spdlog::info(
+      "export: wrote {}: {} tensors, {} ({}) in {}, and {} in {:.1f} s", target.shown.string(),
+      result.tensors, format_bytes(double(result.safetensors_bytes)), dtype,
+      shards ? fmt::format("{} shards and {}", shards, kSafetensorsIndexFile)
+             : std::string(kSafetensorsSingleFile),
+      others.empty() ? std::string("no other file") : fmt::format("{}", fmt::join(others, ", ")),
+      result.seconds);
   return result;
 }
 

@@ -43,9 +43,9 @@ struct CheckpointWeights {
 };
 
 // `checkpoint`: a .ckpt file, a set's manifest (any tensor/data-parallel layout) or a
-// checkpoint directory (its newest checkpoint that verifies, as `train --resume`). Loads the
-// weights into a tp = 1 model on the cpu backend (load_checkpoint_weights) and reads them back.
-// Errors name the path.
+// checkpoint directory (its newest checkpoint that verifies, as `train --resume`). Verifies
+// every file's checksum, then reads the weights (never the optimizer state) a tensor at a time
+// and puts each whole, so memory holds the model once. Errors name the path.
 CheckpointWeights read_checkpoint_weights(const std::string& checkpoint);
 
 // The naming of an export: the model's Hugging Face class (hf_naming.h), or collage's own names

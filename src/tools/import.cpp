@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_weights.h"
@@ -21,20 +23,52 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The config the checkpoint records (import.h).
+// The ids of WordPiece's special tokens in a vocab.txt (one token a line, the id its line):
+// [MASK] and the tokens dynamic masking never replaces. Empty when a token is missing.
+bool wordpiece_special_ids(const fs::path& vocab, DataConfig& data) {
+  std::ifstream in(vocab);
+  std::map<std::string, int> id;
+  int line = 0;
+  for (std::string token; std::getline(in, token); line++) id.emplace(token, line);
+  std::vector<int> special;
+  for (const char* token : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) {
+    if (!id.count(token)) return false;
+    special.push_back(id.at(token));
+  }
+  data.special_token_ids = special;
+  data.mask_token_id = id.at("[MASK]");
+  return true;
+}
+
+// The config the checkpoint records (import.h). A model directory holds no training data: the
+// default config's data sources name DIR/no-dataset, so a run or eval from this config says
+// what is missing instead of reading something else.
 Config checkpoint_config(const ImportOptions& options, const HfWeights& w,
                          const std::string& directory) {
   if (!options.config.empty()) return load_config(options.config);
   if (w.collage_config) return *w.collage_config;
   Config config;
   config.model = w.model;
-  const bool bpe = architecture(w.model).tokenizer == TokenizerKind::gpt2_bpe;
-  const fs::path vocab = fs::absolute(directory) / (bpe ? "vocab.json" : "vocab.txt");
-  const fs::path merges = fs::absolute(directory) / "merges.txt";
+  const Architecture& arch = architecture(w.model);
+  const fs::path dir = fs::absolute(directory);
+  const std::string none = (dir / "no-dataset").string();
+  if (arch.encoder_keys)
+    config.data.hdf5_train = none;
+  else
+    config.data.datasets = {{none, 1.0}};
+  const int positions = arch.positions_past_padding
+                            ? w.model.max_position_embeddings - w.model.pad_token_id - 1
+                            : w.model.max_position_embeddings;
+  config.data.seq_len = std::min(config.data.seq_len, positions);
+  config.data.max_predictions = std::min(config.data.max_predictions, config.data.seq_len);
+  const bool bpe = arch.tokenizer == TokenizerKind::gpt2_bpe;
+  const fs::path vocab = dir / (bpe ? "vocab.json" : "vocab.txt");
+  const fs::path merges = dir / "merges.txt";
   std::error_code ec;
   if (fs::exists(vocab, ec) && (!bpe || fs::exists(merges, ec))) {
     config.data.vocab_file = vocab.string();
     if (bpe) config.data.merges_file = merges.string();
+    if (!bpe) wordpiece_special_ids(vocab, config.data);
   }
   return config;
 }
@@ -55,6 +89,11 @@ ImportResult import_hf_directory(const ImportOptions& options) {
   if (!options.config.empty()) given = load_config(options.config);
   const HfWeights w = read_hf_weights(directory, given ? &given->model : nullptr);
   const Config config = checkpoint_config(options, w, directory);
+  try {  // what eval, generate and export will read back: checked now, not then
+    parse_config(config_to_yaml(config), "the imported config");
+  } catch (const Error& e) {
+    fail("{}: {}: give the run's config with --config", directory, e.what());
+  }
   spdlog::info("import: {}: {}, {} layers, hidden {}, vocab {}: {} tensors{}", directory, w.naming,
                w.model.n_layer, w.model.hidden_size, w.model.vocab_size, w.tensors_read,
                w.values_rounded
