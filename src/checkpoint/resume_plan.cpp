@@ -1,8 +1,10 @@
 #include "checkpoint/resume_plan.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_weights.h"
 #include "core/error.h"
 
 namespace collage {
@@ -36,13 +38,31 @@ ResumePlan plan_resume(const Config& config, const ResumeRequest& request) {
   } else {
     plan.earlier_checkpoints = existing;
   }
-  if (!request.init_from.empty()) plan.init_path = resolve_resume(request.init_from, dir);
+  if (is_hf_source(request.init_from)) {
+    // A Hugging Face directory: its config.json is checked against the config now, before any
+    // data is prepared; the weights are read once the model is built.
+    check_hf_directory(hf_source_directory(request.init_from), config.model);
+    plan.init_path = request.init_from;
+  } else if (!request.init_from.empty()) {
+    plan.init_path = resolve_resume(request.init_from, dir);
+  }
   return plan;
 }
 
 void load_initial_weights(const ResumePlan& plan, const Config& config, Backend& backend,
                           TrainableModel& model) {
   if (plan.init_path.empty()) return;
+  if (is_hf_source(plan.init_path)) {
+    const HfWeights w = read_hf_weights(hf_source_directory(plan.init_path), &config.model);
+    load_whole_weights(w.values, config.model, backend, model);
+    spdlog::info(
+        "initialised the weights from {} ({}, {} tensors{}{}); optimizer state and schedule "
+        "start fresh",
+        plan.init_path, w.naming, w.tensors_read,
+        w.values_rounded ? fmt::format(", {} values rounded to bf16", w.values_rounded) : "",
+        w.skipped.empty() ? "" : fmt::format(", skipped {}", fmt::join(w.skipped, " ")));
+    return;
+  }
   const int64_t init_step = load_checkpoint_weights(plan.init_path, config, backend, model);
   spdlog::info(
       "initialised the weights from {} (step {}); optimizer state and schedule start fresh",

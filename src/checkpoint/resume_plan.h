@@ -19,16 +19,18 @@ namespace collage {
 
 // What the command line asks for (collage train's options of the same names).
 struct ResumeRequest {
-  std::string resume;      // "", "latest", "auto", or a checkpoint path or directory
-  std::string init_from;   // "", or a checkpoint (file, manifest or directory) whose weights start
-  bool overwrite = false;  // a fresh run may delete the checkpoints of an earlier run
+  std::string resume;  // "", "latest", "auto", or a checkpoint path or directory
+  // "", a checkpoint (file, manifest or directory) whose weights start the run, or "hf:DIR", a
+  // Hugging Face directory (checkpoint/hf_weights.h)
+  std::string init_from;
+  bool overwrite = false;            // a fresh run may delete the checkpoints of an earlier run
   bool convert_precision = false;    // see restore_training_checkpoint()
   bool allow_config_change = false;  // see restore_training_checkpoint()
 };
 
 struct ResumePlan {
   std::string resume_path;  // the checkpoint the run continues; "": a fresh run
-  std::string init_path;    // the checkpoint whose weights start a fresh run; "": none
+  std::string init_path;    // the checkpoint (or "hf:DIR") whose weights start a fresh run
   // A fresh run with --overwrite: the earlier run's checkpoints (step -> path), deleted once
   // the run is ready to train.
   std::map<int64_t, std::string> earlier_checkpoints;

@@ -358,6 +358,10 @@ void check_precision(const std::string& path, const std::string& saved_name, Pre
 void check_resume_allowed(const std::string& path, const Config& config, bool convert_precision,
                           bool allow_config_change) {
   const CheckpointInfo info = read_checkpoint_info(path);  // the header: no tensors read
+  COLLAGE_CHECK(!info.meta.value("weights_only", false),
+                "{}: holds weights only (written by `collage import`), no optimizer state to "
+                "continue: start a run from it with --init-from",
+                path);
   check_config_changes(info.config, config, path, allow_config_change,
                        /*log_other_changes=*/false);
   check_precision(path, info.meta.value("precision", ""), config.optimizer.precision,
@@ -377,6 +381,27 @@ int64_t load_checkpoint_weights(const std::string& path, const Config& config, B
   backend.copy_to_device(model.parameter_memory(), state.params.data(),
                          state.params.size() * sizeof(bf16));
   return run.top.meta.value("step", int64_t{0});
+}
+
+void load_whole_weights(const std::vector<bf16>& values, const ModelConfig& config,
+                        Backend& backend, TrainableModel& model) {
+  std::map<std::string, const ParameterInfo*> whole;
+  const std::vector<ParameterInfo> table = model_parameter_table(config, 1);
+  for (const ParameterInfo& info : table) whole[info.name] = &info;
+  COLLAGE_CHECK(!table.empty() && size_t(table.back().offset + table.back().numel) <= values.size(),
+                "load_whole_weights: {} values for a model of {}", values.size(),
+                table.empty() ? 0 : table.back().offset + table.back().numel);
+  const ParallelLayout layout = model.layout();
+  std::vector<bf16> params(size_t(model.num_parameters()));
+  std::vector<uint8_t> tensor, scratch;
+  for (const ParameterInfo& info : model.parameters()) {
+    const ParameterInfo& from = *whole.at(info.name);
+    const auto* begin = reinterpret_cast<const uint8_t*>(values.data() + from.offset);
+    tensor.assign(begin, begin + from.numel * sizeof(bf16));
+    copy_shard_out_of(with_rows(tensor, from.full_shape[0], info.full_shape[0], scratch),
+                      params.data() + info.offset, info, layout, sizeof(bf16));
+  }
+  backend.copy_to_device(model.parameter_memory(), params.data(), params.size() * sizeof(bf16));
 }
 
 TrainingProgress restore_training_checkpoint(const std::string& path, const Config& config,

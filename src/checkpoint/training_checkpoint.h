@@ -65,6 +65,12 @@ std::string checkpoint_dir(const Config& config);
 int64_t load_checkpoint_weights(const std::string& path, const Config& config, Backend& backend,
                                 TrainableModel& model);
 
+// Weights given whole, as at tensor-parallel 1 (`values` laid out as model_parameter_table(
+// config, 1)), into this rank's model, sharded as load_checkpoint_weights() shards a
+// checkpoint's (the vocabulary's padding rows grow with tp, zero): `--init-from hf:DIR`.
+void load_whole_weights(const std::vector<bf16>& values, const ModelConfig& config,
+                        Backend& backend, TrainableModel& model);
+
 // The refusals of restore_training_checkpoint() below (changed keys, another precision), from
 // the checkpoint's header alone: plan_resume() (resume_plan.h) asks before any data is loaded.
 void check_resume_allowed(const std::string& path, const Config& config, bool convert_precision,

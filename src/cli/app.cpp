@@ -55,6 +55,7 @@ int run_cli(int argc, char** argv) {
   add_eval_command(app);
   add_generate_command(app);
   add_export_command(app);
+  add_import_command(app);
   // Every command documents its exit statuses; those with a status of their own (train's 75)
   // or a narrower message say so themselves, the rest share this one.
   for (CLI::App* command : app.get_subcommands({})) {

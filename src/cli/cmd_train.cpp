@@ -1,5 +1,5 @@
 // `collage train CONFIG.yaml [--set key=value ...] [--phase NAME] [--resume [latest|PATH]]
-//  [--convert-precision] [--init-from CHECKPOINT] [--overwrite] [--wait-lock SECONDS]`
+//  [--convert-precision] [--init-from CHECKPOINT|hf:DIR] [--overwrite] [--wait-lock SECONDS]`
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -67,7 +67,9 @@ void add_train_command(CLI::App& root) {
                   "Start a new run from a checkpoint's weights (a .ckpt file, a set's manifest, or "
                   "a checkpoint directory for its latest), at any parallel layout, with a fresh "
                   "optimizer state, learning-rate schedule and data position: e.g. BERT's phase "
-                  "2 from phase 1")
+                  "2 from phase 1. hf:DIR starts from a Hugging Face directory (a class `collage "
+                  "export` writes, or its output); its config.json must match the config's model "
+                  "section")
       ->excludes(resume);
   cmd->add_flag("--convert-precision", options->convert_precision,
                 "With --resume: accept a checkpoint of another optimizer.precision and convert "

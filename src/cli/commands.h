@@ -40,5 +40,6 @@ void add_tokenize_command(CLI::App& root);
 void add_eval_command(CLI::App& root);
 void add_generate_command(CLI::App& root);
 void add_export_command(CLI::App& root);
+void add_import_command(CLI::App& root);
 
 }  // namespace collage

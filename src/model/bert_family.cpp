@@ -57,15 +57,6 @@ std::string bert_describe(const ModelConfig& m, const ModelShape& s, int tp) {
       m.max_position_embeddings, s.seq_len, s.max_predictions);
 }
 
-// No Hugging Face names yet: export keeps collage's.
-HfNaming bert_hf_naming(const ModelConfig& c) {
-  return {"",
-          fmt::format("model.arch is {}: Hugging Face GPT-2 names are for GPTs, encoders keep "
-                      "collage's names",
-                      c.arch),
-          {}};
-}
-
 std::unique_ptr<MaskedLanguageModel> make_bert(const ModelConfig& config, Backend& backend,
                                                const ModelShape& shape,
                                                const ModelPlacement& placement) {

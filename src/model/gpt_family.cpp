@@ -42,46 +42,6 @@ std::string gpt_describe(const ModelConfig& m, const ModelShape& s, int tp) {
       m.position_embedding, m.tie_embeddings ? "tied" : "untied", s.seq_len);
 }
 
-// A GPT with learned positions, pre-LN blocks with biases and GELU-tanh is GPT-2: its
-// GPT2LMHeadModel names, the linear weights as Conv1D's (in, out).
-HfNaming gpt_hf_naming(const ModelConfig& c) {
-  if (c.position_embedding != "learned")
-    return {"",
-            fmt::format("model.position_embedding is {}: GPT-2 has learned positions only",
-                        c.position_embedding),
-            {}};
-  HfNaming naming{
-      "GPT2LMHeadModel",
-      fmt::format("a GPT with learned positions, pre-LN blocks with biases and "
-                  "GELU-tanh is GPT-2 ({} embeddings{})",
-                  c.tie_embeddings ? "tied" : "untied",
-                  c.tie_embeddings ? "" : ": lm_head.weight, tie_word_embeddings false"),
-      {}};
-  auto add = [&](std::string hf, std::string name, HfLayout layout) {
-    naming.tensors.push_back({std::move(hf), std::move(name), layout});
-  };
-  // weight and bias: a layernorm's as they are, a linear layer's weight as Conv1D's.
-  auto pair = [&](const std::string& hf, const std::string& name, HfLayout weight) {
-    add(hf + ".weight", name + ".weight", weight);
-    add(hf + ".bias", name + ".bias", HfLayout::same);
-  };
-  using L = HfLayout;
-  add("transformer.wte.weight", "wte.weight", L::vocab_rows);
-  add("transformer.wpe.weight", "wpe.weight", L::same);
-  for (int l = 0; l < c.n_layer; l++) {
-    const std::string p = fmt::format("h.{}.", l), hf = "transformer." + p;
-    pair(hf + "ln_1", p + "ln_1", L::same);
-    pair(hf + "attn.c_attn", p + "attn.qkv", L::transposed);
-    pair(hf + "attn.c_proj", p + "attn.proj", L::transposed);
-    pair(hf + "ln_2", p + "ln_2", L::same);
-    pair(hf + "mlp.c_fc", p + "mlp.fc1", L::transposed);
-    pair(hf + "mlp.c_proj", p + "mlp.fc2", L::transposed);
-  }
-  pair("transformer.ln_f", "ln_f", L::same);
-  if (!c.tie_embeddings) add("lm_head.weight", "lm_head.weight", L::vocab_rows);
-  return naming;
-}
-
 std::unique_ptr<CausalLanguageModel> make_gpt(const ModelConfig& config, Backend& backend,
                                               const ModelShape& shape,
                                               const ModelPlacement& placement) {

@@ -13,6 +13,7 @@
 #include "config/architecture.h"
 #include "config/config.h"
 #include "dist/comm.h"
+#include "model/hf_naming.h"
 #include "model/language_model.h"
 #include "model/parameter_info.h"
 
@@ -49,26 +50,6 @@ struct LinearShape {
   int64_t rows, in, out, times;
 };
 
-// A parameter under a Hugging Face name (`collage export`).
-enum class HfLayout {
-  same,        // as it is
-  transposed,  // (out, in) -> Conv1D's (in, out)
-  vocab_rows,  // the vocabulary's rows without the padding (ids >= model.vocab_size)
-};
-struct HfTensor {
-  std::string hf_name;
-  std::string name;  // collage's parameter
-  HfLayout layout;
-};
-// The Hugging Face class that computes exactly what a model computes, with the tensor names it
-// loads; or, where no class does, an empty model_class and the reason (export then keeps
-// collage's names).
-struct HfNaming {
-  std::string model_class;        // e.g. "GPT2LMHeadModel"; empty: none
-  std::string reason;             // for the log: why this class, or why none
-  std::vector<HfTensor> tensors;  // every parameter once, in the file's order
-};
-
 struct ModelFamilyCode {
   // The parameter table split tp ways (validates the config; no backend needed).
   std::vector<ParameterInfo> (*parameter_table)(const ModelConfig& config, int tp);
@@ -81,6 +62,8 @@ struct ModelFamilyCode {
   std::vector<LinearShape> (*linears)(const ModelConfig& config, const ModelShape& shape);
   // "n_layer 12, hidden 768, ..." after the title, for `collage plan`.
   std::string (*describe)(const ModelConfig& config, const ModelShape& shape, int tp);
+  // The Hugging Face class computing what the model does, its tensor names and config.json
+  // (hf_naming.h).
   HfNaming (*hf_naming)(const ModelConfig& config);
   // The model, weights zero; one of the two, as the architecture's objective says.
   std::unique_ptr<CausalLanguageModel> (*make_causal_lm)(const ModelConfig& config,

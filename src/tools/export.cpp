@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -21,6 +22,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_info.h"
+#include "checkpoint/posix_file.h"
+#include "checkpoint/safetensors_shards.h"
 #include "checkpoint/training_checkpoint.h"
 #include "collage_version.h"
 #include "config/architecture.h"
@@ -33,63 +36,6 @@ namespace collage {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kSafetensors = "model.safetensors";
-
-// GPT-2's BPE vocabulary: its <|endoftext|> (50256) is the bos and eos token.
-constexpr int kGpt2VocabSize = 50257;
-constexpr int kGpt2EndOfText = 50256;
-
-// The rows x cols bf16 matrix `in` transposed (cols x rows).
-std::vector<bf16> transposed(const bf16* in, int64_t rows, int64_t cols) {
-  std::vector<bf16> out(size_t(rows * cols));
-  constexpr int64_t kTile = 64;  // tiles of both matrices stay in cache
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile)
-      for (int64_t i = i0; i < std::min(rows, i0 + kTile); i++)
-        for (int64_t j = j0; j < std::min(cols, j0 + kTile); j++)
-          out[size_t(j * rows + i)] = in[i * cols + j];
-  return out;
-}
-
-// bf16 values as safetensors bytes of `dtype`: BF16 as they are, F32 widened exactly.
-std::vector<uint8_t> encode(const bf16* values, int64_t n, const std::string& dtype) {
-  std::vector<uint8_t> bytes;
-  if (dtype == "BF16") {
-    bytes.resize(size_t(n) * sizeof(bf16));
-    std::memcpy(bytes.data(), values, bytes.size());
-  } else if (dtype == "F32") {
-    bytes.resize(size_t(n) * sizeof(float));
-    bf16_to_float_array(values, reinterpret_cast<float*>(bytes.data()), n);
-  } else {
-    fail("export dtype '{}': expected BF16 or F32", dtype);
-  }
-  return bytes;
-}
-
-// A float config value (1e-5f) as the decimal it was written as (1e-05), not as the double
-// nearest the float (9.99999974737875e-06).
-double shortest(float value) { return std::stod(fmt::format("{}", value)); }
-
-// Writes `data` to `path` and fsyncs it.
-void write_file_synced(const std::string& path, const std::string& data) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      fail("{}: write failed: {}", path, std::strerror(e));
-    }
-    p += n, left -= size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    fail("{}: fsync/close failed: {}", path, std::strerror(errno));
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -149,57 +95,59 @@ CheckpointWeights read_checkpoint_weights(const std::string& checkpoint) {
   return w;
 }
 
-const char* export_naming_name(ExportNaming naming) {
-  return naming == ExportNaming::hf_gpt2 ? "hf-gpt2" : "collage";
+HfNaming export_naming(const ModelConfig& config, bool collage_names) {
+  HfNaming naming = hf_naming(config);
+  if (collage_names && !naming.model_class.empty())
+    naming = {.reason = "--names collage: collage's own names and shapes"};
+  return naming;
 }
 
-ExportNamingChoice choose_export_naming(const ModelConfig& config) {
-  const HfNaming hf = model_family(config).hf_naming(config);
-  return {hf.model_class.empty() ? ExportNaming::collage : ExportNaming::hf_gpt2, hf.reason};
+std::string export_naming_name(const HfNaming& naming) {
+  return naming.model_class.empty() ? "collage" : naming.model_class;
 }
 
-namespace {
+std::vector<uint8_t> export_bytes(const std::vector<bf16>& values, const std::string& dtype) {
+  std::vector<uint8_t> bytes;
+  if (dtype == "BF16") {
+    bytes.resize(values.size() * sizeof(bf16));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+  } else if (dtype == "F32") {
+    bytes.resize(values.size() * sizeof(float));
+    bf16_to_float_array(values.data(), reinterpret_cast<float*>(bytes.data()),
+                        int64_t(values.size()));
+  } else {
+    fail("export dtype '{}': expected BF16 or F32", dtype);
+  }
+  return bytes;
+}
 
-// The model's tensors under its Hugging Face names (the model family's HfNaming): the linear
-// weights transposed to Conv1D's (in, out), the vocabulary without its padding rows.
-std::vector<SafetensorsTensor> hf_tensors(
-    const CheckpointWeights& weights, const std::map<std::string, const ParameterInfo*>& by_name,
-    const std::string& dtype) {
-  std::vector<SafetensorsTensor> out;
-  const ModelConfig& c = weights.config.model;
-  const HfNaming naming = model_family(c).hf_naming(c);
-  COLLAGE_CHECK(!naming.model_class.empty(), "{}: {}: no Hugging Face GPT-2 names", weights.path,
-                naming.reason);
+std::vector<ExportTensor> export_tensors(const CheckpointWeights& weights, const HfNaming& naming) {
+  std::map<std::string, const ParameterInfo*> by_name;
+  for (const ParameterInfo& info : weights.table) {
+    COLLAGE_CHECK(info.offset + info.numel <= int64_t(weights.values.size()),
+                  "{}: parameter '{}' lies outside the {} values read", weights.path, info.name,
+                  weights.values.size());
+    by_name[info.name] = &info;
+  }
+  std::vector<ExportTensor> out;
+  if (naming.model_class.empty()) {  // collage's names: each parameter as it is
+    for (const ParameterInfo& info : weights.table) {
+      const bf16* values = weights.values.data() + info.offset;
+      out.push_back({info.name, info.full_shape,
+                     [values, n = info.numel] { return std::vector<bf16>(values, values + n); }});
+    }
+    return out;
+  }
   std::set<std::string> used;
   for (const HfTensor& t : naming.tensors) {
     const auto it = by_name.find(t.name);
-    COLLAGE_CHECK(it != by_name.end(), "{}: the model has no parameter '{}'", weights.path, t.name);
+    COLLAGE_CHECK(it != by_name.end(), "{}: the model has no parameter '{}' ({} names it {})",
+                  weights.path, t.name, naming.model_class, t.hf_name);
     used.insert(t.name);
     const ParameterInfo& info = *it->second;
     const bf16* values = weights.values.data() + info.offset;
-    switch (t.layout) {
-      case HfLayout::same:
-        out.push_back({t.hf_name, dtype, info.full_shape, encode(values, info.numel, dtype)});
-        break;
-      case HfLayout::transposed: {
-        const int64_t rows = info.full_shape.at(0), cols = info.full_shape.at(1);
-        const std::vector<bf16> transposed_values = transposed(values, rows, cols);
-        out.push_back(
-            {t.hf_name, dtype, {cols, rows}, encode(transposed_values.data(), info.numel, dtype)});
-        break;
-      }
-      case HfLayout::vocab_rows: {
-        const int64_t cols = info.full_shape.at(1);
-        COLLAGE_CHECK(info.full_shape.at(0) >= c.vocab_size,
-                      "{}: '{}' has {} rows, fewer than the {} of model.vocab_size", weights.path,
-                      t.name, info.full_shape.at(0), c.vocab_size);
-        out.push_back({t.hf_name,
-                       dtype,
-                       {c.vocab_size, cols},
-                       encode(values, int64_t{c.vocab_size} * cols, dtype)});
-        break;
-      }
-    }
+    out.push_back({t.hf_name, hf_tensor_shape(t, info.full_shape),
+                   [&t, &info, values] { return hf_tensor_values(t, info.full_shape, values); }});
   }
   // Every parameter has gone somewhere: a parameter added to a model must be named there.
   COLLAGE_CHECK(used.size() == weights.table.size(),
@@ -208,65 +156,28 @@ std::vector<SafetensorsTensor> hf_tensors(
   return out;
 }
 
-}  // namespace
-
-std::vector<SafetensorsTensor> export_tensors(const CheckpointWeights& weights, ExportNaming naming,
-                                              const std::string& dtype) {
+std::vector<SafetensorsTensor> export_safetensors(const CheckpointWeights& weights,
+                                                  const HfNaming& naming,
+                                                  const std::string& dtype) {
   safetensors_dtype_size(dtype);  // a known name
   COLLAGE_CHECK(dtype == "BF16" || dtype == "F32", "export dtype '{}': expected BF16 or F32",
                 dtype);
-  std::map<std::string, const ParameterInfo*> by_name;
-  for (const ParameterInfo& info : weights.table) {
-    COLLAGE_CHECK(info.offset + info.numel <= int64_t(weights.values.size()),
-                  "{}: parameter '{}' lies outside the {} values read", weights.path, info.name,
-                  weights.values.size());
-    by_name[info.name] = &info;
-  }
-  if (naming == ExportNaming::hf_gpt2) return hf_tensors(weights, by_name, dtype);
   std::vector<SafetensorsTensor> out;
-  for (const ParameterInfo& info : weights.table)
-    out.push_back({info.name, dtype, info.full_shape,
-                   encode(weights.values.data() + info.offset, info.numel, dtype)});
+  for (const ExportTensor& t : export_tensors(weights, naming))
+    out.push_back({t.name, dtype, t.shape, export_bytes(t.values(), dtype)});
   return out;
 }
 
-nlohmann::ordered_json hf_gpt2_config(const ModelConfig& c, const std::string& torch_dtype) {
-  const bool gpt2_vocab = c.vocab_size == kGpt2VocabSize;
-  nlohmann::ordered_json j;
-  j["architectures"] = {"GPT2LMHeadModel"};
-  j["model_type"] = "gpt2";
-  j["vocab_size"] = c.vocab_size;
-  j["n_positions"] = c.max_position_embeddings;
-  j["n_ctx"] = c.max_position_embeddings;
-  j["n_embd"] = c.hidden_size;
-  j["n_layer"] = c.n_layer;
-  j["n_head"] = c.n_head;
-  j["n_inner"] =
-      c.ffn() == 4 * c.hidden_size ? nlohmann::ordered_json() : nlohmann::ordered_json(c.ffn());
-  j["activation_function"] = "gelu_new";  // GELU, tanh approximation
-  // collage's GPT has no dropout; transformers' defaults (0.1) would apply in train mode.
-  j["resid_pdrop"] = 0.0;
-  j["embd_pdrop"] = 0.0;
-  j["attn_pdrop"] = 0.0;
-  j["layer_norm_epsilon"] = shortest(c.layernorm_eps);
-  j["initializer_range"] = shortest(c.init_std);
-  j["scale_attn_weights"] = true;  // softmax(q·kᵀ/√HS)
-  j["scale_attn_by_inverse_layer_idx"] = false;
-  j["reorder_and_upcast_attn"] = false;
-  j["use_cache"] = true;
-  j["bos_token_id"] =
-      gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json();
-  j["eos_token_id"] =
-      gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json();
-  j["tie_word_embeddings"] = c.tie_embeddings;
-  j["torch_dtype"] = torch_dtype;
-  return j;
+bool is_export_shard_name(const std::string& name) {
+  // model-00001-of-00003.safetensors (safetensors_shards.h)
+  static const std::regex shard(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
+  return std::regex_match(name, shard);
 }
 
 const std::vector<std::string>& export_file_names() {
-  static const std::vector<std::string> names = {kSafetensors, "config.json",
-                                                 "vocab.json", "merges.txt",
-                                                 "vocab.txt",  "tokenizer_config.json"};
+  static const std::vector<std::string> names = {
+      kSafetensorsSingleFile, kSafetensorsIndexFile, "config.json",          "vocab.json",
+      "merges.txt",           "vocab.txt",           "tokenizer_config.json"};
   return names;
 }
 
@@ -328,34 +239,72 @@ Staging make_staging_directory(const fs::path& dir) {
   return staging;
 }
 
-// model.safetensors (its metadata: the version, step, precision, naming and config) and, for
-// hf-gpt2 names, config.json.
+// model.safetensors (its metadata: the version, step, precision, naming and config) and, with a
+// Hugging Face class, config.json.
 void write_model_files(const fs::path& staging, const CheckpointWeights& weights,
-                       const std::string& dtype, const std::string& torch_dtype,
+                       const HfNaming& naming, const std::string& dtype,
+                       const std::string& torch_dtype, uint64_t max_shard_bytes,
                        ExportResult& result) {
-  const std::vector<SafetensorsTensor> tensors = export_tensors(weights, result.naming, dtype);
+  // Each tensor's values are made when its shard writes it: the model is not held twice.
+  const std::vector<ExportTensor> tensors = export_tensors(weights, naming);
+  std::vector<SafetensorsTensorInfo> entries;
+  for (const ExportTensor& t : tensors) entries.push_back({t.name, dtype, t.shape});
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {"collage_version", fmt::format("{} ({})", COLLAGE_VERSION, COLLAGE_GIT)},
       {"step", std::to_string(weights.step)},
       {"precision", weights.precision},
-      {"naming", export_naming_name(result.naming)},
+      {"naming", export_naming_name(naming)},
       {"collage_config", config_to_yaml(weights.config)}};
-  result.safetensors_bytes =
-      write_safetensors((staging / kSafetensors).string(), tensors, metadata);
+  const std::vector<std::string> files =
+      write_safetensors_shards(staging.string(), entries, metadata, max_shard_bytes,
+                               [&](size_t i) { return export_bytes(tensors[i].values(), dtype); });
+  for (const std::string& file : files) {
+    result.safetensors_bytes += fs::file_size(staging / file);
+    result.files.push_back(file);
+  }
   result.tensors = int64_t(tensors.size());
-  result.files.push_back(kSafetensors);
-  if (result.naming == ExportNaming::hf_gpt2) {
+  if (!naming.model_class.empty()) {
     write_file_synced((staging / "config.json").string(),
-                      hf_gpt2_config(weights.config.model, torch_dtype).dump(2) + "\n");
+                      hf_config_json(naming, torch_dtype).dump(2) + "\n");
     result.files.push_back("config.json");
   }
 }
 
+// tokenizer_config.json for transformers' AutoTokenizer: the class that reads the files beside
+// it (a RoBERTa trained on WordPiece ids needs BERT's tokenizer, not RoBERTa's BPE), and the
+// longest input the model takes.
+nlohmann::ordered_json tokenizer_config(const Config& config) {
+  const ModelConfig& m = config.model;
+  const Architecture& arch = architecture(m);
+  nlohmann::ordered_json j;
+  if (arch.tokenizer == TokenizerKind::gpt2_bpe) {
+    j["tokenizer_class"] = "GPT2Tokenizer";
+    if (m.vocab_size == 50257)  // GPT-2's vocabulary: <|endoftext|> is every special token
+      for (const char* key : {"bos_token", "eos_token", "unk_token"}) j[key] = "<|endoftext|>";
+    j["model_max_length"] = m.max_position_embeddings;
+  } else {
+    // collage's WordPiece is BERT's uncased FullTokenizer (data/text/wordpiece_tokenizer.h).
+    j["tokenizer_class"] = "BertTokenizer";
+    j["do_lower_case"] = true;
+    j["unk_token"] = "[UNK]";
+    j["sep_token"] = "[SEP]";
+    j["pad_token"] = "[PAD]";
+    j["cls_token"] = "[CLS]";
+    j["mask_token"] = "[MASK]";
+    // RoBERTa's positions start past the padding id.
+    j["model_max_length"] = arch.positions_past_padding
+                                ? m.max_position_embeddings - m.pad_token_id - 1
+                                : m.max_position_embeddings;
+  }
+  return j;
+}
+
 // The tokenizer the model was trained with, when its files are where the config says
-// (relative paths: from the current directory, as when training); with hf-gpt2 names, its
-// tokenizer_config.json too.
-void copy_tokenizer_files(const fs::path& staging, const Config& config, ExportResult& result) {
+// (relative paths: from the current directory, as when training); with a Hugging Face class,
+// its tokenizer_config.json too.
+void copy_tokenizer_files(const fs::path& staging, const Config& config, const HfNaming& naming,
+                          ExportResult& result) {
   const DataConfig& data = config.data;
   struct TokenizerFile {
     const char* key;
@@ -385,11 +334,9 @@ void copy_tokenizer_files(const fs::path& staging, const Config& config, ExportR
     result.files.push_back(t.name);
     copied.push_back(fmt::format("{} -> {}", t.source, t.name));
   }
-  if (result.naming == ExportNaming::hf_gpt2) {
-    nlohmann::ordered_json tokenizer_config;
-    tokenizer_config["model_max_length"] = config.model.max_position_embeddings;
+  if (!naming.model_class.empty()) {
     write_file_synced((staging / "tokenizer_config.json").string(),
-                      tokenizer_config.dump(2) + "\n");
+                      tokenizer_config(config).dump(2) + "\n");
     result.files.push_back("tokenizer_config.json");
   }
   spdlog::info("export: the tokenizer of the checkpoint's config: {}", fmt::join(copied, ", "));
@@ -413,7 +360,11 @@ void commit_export(const ExportTarget& target, const fs::path& staging,
     if (std::rename((staging / name).c_str(), (dir / name).c_str()) != 0)
       fail("{}: cannot rename {} into it: {}", target.shown.string(), (staging / name).string(),
            std::strerror(errno));
-  for (const std::string& name : export_file_names())
+  std::vector<std::string> earlier = export_file_names();
+  for (const auto& entry : fs::directory_iterator(dir, ec))  // an earlier export's shards
+    if (is_export_shard_name(entry.path().filename().string()))
+      earlier.push_back(entry.path().filename().string());
+  for (const std::string& name : earlier)
     if (std::find(result.files.begin(), result.files.end(), name) == result.files.end() &&
         fs::remove(dir / name, ec))
       spdlog::info("export: removed {} of an earlier export", (target.shown / name).string());
@@ -430,12 +381,13 @@ void write_export(const ExportOptions& options, const std::string& dtype, const 
   spdlog::info("export: {} (step {}, {}): {}, {} layers, hidden {}, vocab {}: {} parameters",
                weights.path, weights.step, weights.precision, m.arch, m.n_layer, m.hidden_size,
                m.vocab_size, weights.values.size());
-  const ExportNamingChoice choice = choose_export_naming(m);
-  result.naming = choice.naming;
-  result.reason = choice.reason;
-  spdlog::info("export: {} names: {}", export_naming_name(choice.naming), choice.reason);
-  write_model_files(staging, weights, dtype, options.dtype, result);
-  copy_tokenizer_files(staging, weights.config, result);
+  const HfNaming naming = export_naming(m, options.collage_names);
+  result.naming = export_naming_name(naming);
+  result.reason = naming.reason;
+  spdlog::info("export: {} names: {}", result.naming, naming.reason);
+  write_model_files(staging, weights, naming, dtype, options.dtype, options.max_shard_bytes,
+                    result);
+  copy_tokenizer_files(staging, weights.config, naming, result);
 }
 
 }  // namespace
@@ -462,9 +414,13 @@ ExportResult export_checkpoint(const ExportOptions& options) {
     throw;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("export: wrote {}: {} tensors, {} ({}), and {} in {:.1f} s",
-               (target.shown / kSafetensors).string(), result.tensors,
-               format_bytes(double(result.safetensors_bytes)), dtype,
+  const size_t shards =
+      size_t(std::count_if(result.files.begin(), result.files.end(),
+                           [](const std::string& f) { return is_export_shard_name(f); }));
+  spdlog::info("export: wrote {}: {} tensors, {} ({}{}), and {} in {:.1f} s",
+               (target.shown / (shards ? kSafetensorsIndexFile : kSafetensorsSingleFile)).string(),
+               result.tensors, format_bytes(double(result.safetensors_bytes)), dtype,
+               shards ? fmt::format(", {} shards", shards) : "",
                result.files.size() > 1 ? fmt::format("{}", fmt::join(result.files.begin() + 1,
                                                                      result.files.end(), ", "))
                                        : std::string("no other file"),

@@ -18,9 +18,10 @@ TEST(ExportCli, HelpTeachesFormatNamesAndAnExample) {
   const CommandResult run = run_collage("export --help");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   for (const char* fragment :
-       {"model.safetensors", "transformer.wte.weight", "config.json", "collage's own parameter",
-        "--dtype", "bfloat16", "float32", "--force",
-        "collage export runs/demo/checkpoints --output", "Exit status"})
+       {"model.safetensors", "GPT2LMHeadModel", "GPTNeoXForCausalLM", "BertForPreTraining",
+        "RobertaForMaskedLM", "config.json", "collage's own parameter", "--names", "--dtype",
+        "bfloat16", "float32", "--force", "collage export runs/demo/checkpoints --output",
+        "Exit status"})
     EXPECT_NE(run.output.find(fragment), std::string::npos) << fragment << "\n" << run.output;
 }
 

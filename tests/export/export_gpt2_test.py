@@ -5,14 +5,15 @@ Three tiny GPTs are trained a few steps (collage-plus, so the weights are the tr
 values, biases and layernorms away from their init) and exported:
 
 1. learned positions, tied embeddings, GPT-2's vocabulary (50257 rows of a padded 50304), one
-   process, tokenizer files in its config; exported from the checkpoint directory. hf-gpt2 names.
+   process, tokenizer files in its config; exported from the checkpoint directory. GPT2LMHeadModel names.
 2. learned positions, untied, a small vocabulary and ffn_hidden_size 96, trained under mpirun at
-   tensor-parallel 2; exported from the set's manifest. hf-gpt2 names with lm_head.weight.
-3. rope, untied; exported from the checkpoint file. collage names.
+   tensor-parallel 2; exported from the set's manifest. GPT2LMHeadModel names with lm_head.weight.
+3. rope, untied; exported from the checkpoint file with --names collage: collage's names
+   (its GPTNeoXForCausalLM export is checked by export_hf_test.py).
 
 For each, model.safetensors is parsed by hand (json + numpy; BF16 read as int16 and viewed as
 torch.bfloat16) and checked: header layout, names, shapes, metadata, values bit for bit against
-the checkpoint's (transposed where GPT-2's Conv1D keeps (in, out)). For the hf-gpt2 exports
+the checkpoint's (transposed where GPT-2's Conv1D keeps (in, out)). For the GPT2LMHeadModel exports
 config.json is checked field by field, and GPT-2's forward (embeddings + positions, pre-LN
 blocks, causal attention, gelu_new, final LN, tied or separate head), computed in float64 from
 the export alone, is compared with collage's own logits for the same tokens
@@ -133,7 +134,7 @@ def check_metadata(case, metadata, naming):
 
 def check_hf_export(case, out, checkpoint_tensors=None):
     metadata, tensors, raw, header = read_safetensors(os.path.join(out, "model.safetensors"))
-    check_metadata(case, metadata, "hf-gpt2")
+    check_metadata(case, metadata, "GPT2LMHeadModel")
     check(set(tensors) == gpt2_names(2, case.tied),
           "%s: names differ from GPT-2's: extra %s, missing %s" % (
               case.name, sorted(set(tensors) - gpt2_names(2, case.tied)),
@@ -253,7 +254,9 @@ def main():
             check(open(source, "rb").read() == open(os.path.join(out, name), "rb").read(),
                   "tied: %s is not a copy of %s" % (name, source))
         with open(os.path.join(out, "tokenizer_config.json")) as f:
-            check(json.load(f) == {"model_max_length": 32}, "tied: tokenizer_config.json")
+            check(json.load(f) == {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>",
+                                   "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+                                   "model_max_length": 32}, "tied: tokenizer_config.json")
         # float32 widens exactly.
         out32 = os.path.join(work, "export-tied-f32")
         tied.export(tied.last, out32, "--dtype", "float32")
@@ -279,8 +282,8 @@ def main():
         # 3. rope, untied: collage names, values equal to the checkpoint's.
         rope = Case(args, work, "rope", 64, "rope", False)
         out = os.path.join(work, "export-rope")
-        result = rope.export(rope.last, out)
-        check("collage names: model.position_embedding is rope" in result.stdout,
+        result = rope.export(rope.last, out, "--names", "collage")
+        check("collage names: --names collage" in result.stdout,
               "rope: the log does not say why collage names")
         metadata, tensors, raw, header = read_safetensors(os.path.join(out, "model.safetensors"))
         check_metadata(rope, metadata, "collage")
@@ -295,14 +298,14 @@ def main():
               "rope: unexpected tensors or shapes")
         check(sorted(os.listdir(out)) == ["model.safetensors"], "rope: files %s" % os.listdir(out))
 
-        # --force over an hf-gpt2 export: its files replaced, stale ones removed, others kept.
+        # --force over a GPT2LMHeadModel export: its files replaced, stale ones removed, others kept.
         out = os.path.join(work, "export-tied")
         with open(os.path.join(out, "notes.txt"), "w") as f:
             f.write("mine")
-        refused = rope.export(rope.last, out, expect=1)
+        refused = rope.export(rope.last, out, "--names", "collage", expect=1)
         check("is not empty" in refused.stdout and "--force" in refused.stdout,
               "export into a non-empty directory: %s" % refused.stdout)
-        rope.export(rope.last, out, "--force")
+        rope.export(rope.last, out, "--names", "collage", "--force")
         check(sorted(os.listdir(out)) == ["model.safetensors", "notes.txt"],
               "--force left %s" % sorted(os.listdir(out)))
         check(read_safetensors(os.path.join(out, "model.safetensors"))[0]["naming"] == "collage",

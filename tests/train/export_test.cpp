@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "model/bert.h"
 #include "model/gpt.h"
+#include "synthetic_weights.h"
 #include "tiny_run.h"
-#include "tools/safetensors.h"
 #include "train/trainer.h"
 
 namespace collage {
@@ -152,24 +154,6 @@ TEST_F(ExportSafetensors, RefusesBadTensorsAndBadFilesNamingThem) {
   expect_error([&] { read_safetensors(path); }, "not a JSON object");
 }
 
-// A model's weights as a checkpoint would give them: every element a different bf16 value
-// (its index), so a transposed or misplaced tensor cannot look right.
-CheckpointWeights synthetic_weights(const std::string& yaml) {
-  CheckpointWeights w;
-  w.path = "synthetic.ckpt";
-  w.step = 5;
-  w.precision = "collage-plus";
-  w.config = parse_config(yaml + "\ndata: {seq_len: 8, datasets: [unused]}\n", "test.yaml");
-  w.table = model_parameter_table(w.config.model);
-  int64_t n = 0;
-  for (const ParameterInfo& info : w.table) n += info.numel;
-  w.values.resize(size_t(n));
-  // Bits (40503·i) mod 2^14: finite positive values below 2, distinct over any 16384
-  // consecutive elements (40503 is odd), so no two elements of a tensor here look alike.
-  for (int64_t i = 0; i < n; i++) w.values[size_t(i)] = bf16{uint16_t((i * 40503) & 0x3fff)};
-  return w;
-}
-
 const SafetensorsTensor& find(const std::vector<SafetensorsTensor>& tensors,
                               const std::string& name) {
   for (const SafetensorsTensor& t : tensors)
@@ -183,15 +167,11 @@ bf16 at(const SafetensorsTensor& t, int64_t i) {
   return v;
 }
 
-const std::string kGpt = R"(
-model: {n_layer: 2, hidden_size: 32, n_head: 2, vocab_size: 100, max_position_embeddings: 24,
-        position_embedding: learned, tie_embeddings: true}
-)";
-
 TEST(ExportNames, Gpt2ExpressibleConfigGetsGpt2NamesShapesAndLayouts) {
   const CheckpointWeights w = synthetic_weights(kGpt);
-  EXPECT_EQ(choose_export_naming(w.config.model).naming, ExportNaming::hf_gpt2);
-  const std::vector<SafetensorsTensor> t = export_tensors(w, ExportNaming::hf_gpt2, "BF16");
+  const HfNaming naming = export_naming(w.config.model);
+  EXPECT_EQ(naming.model_class, "GPT2LMHeadModel");
+  const std::vector<SafetensorsTensor> t = export_safetensors(w, naming, "BF16");
   std::vector<std::string> names;
   for (const SafetensorsTensor& x : t) names.push_back(x.name);
   std::vector<std::string> expected = {"transformer.wte.weight", "transformer.wpe.weight"};
@@ -241,10 +221,11 @@ TEST(ExportNames, UntiedGpt2GetsTheHeadAndItsConfigSaysSo) {
 model: {n_layer: 1, hidden_size: 32, n_head: 2, vocab_size: 50257, max_position_embeddings: 24,
         ffn_hidden_size: 48, tie_embeddings: false, layernorm_eps: 1.0e-6, init_std: 0.01}
 )");
-  const std::vector<SafetensorsTensor> t = export_tensors(w, ExportNaming::hf_gpt2, "BF16");
+  const std::vector<SafetensorsTensor> t =
+      export_safetensors(w, export_naming(w.config.model), "BF16");
   EXPECT_EQ(find(t, "lm_head.weight").shape, std::vector<int64_t>({50257, 32}));
   EXPECT_EQ(find(t, "transformer.h.0.mlp.c_fc.weight").shape, std::vector<int64_t>({32, 48}));
-  const nlohmann::ordered_json c = hf_gpt2_config(w.config.model, "bfloat16");
+  const nlohmann::ordered_json c = hf_config_json(hf_naming(w.config.model), "bfloat16");
   EXPECT_EQ(c.at("model_type"), "gpt2");
   EXPECT_EQ(c.at("architectures"), nlohmann::ordered_json({"GPT2LMHeadModel"}));
   EXPECT_EQ(c.at("vocab_size"), 50257);
@@ -263,24 +244,126 @@ model: {n_layer: 1, hidden_size: 32, n_head: 2, vocab_size: 50257, max_position_
   EXPECT_EQ(c.at("torch_dtype"), "bfloat16");
   // 4C: n_inner null; another vocabulary: no bos/eos.
   const nlohmann::ordered_json small =
-      hf_gpt2_config(synthetic_weights(kGpt).config.model, "float32");
+      hf_config_json(hf_naming(synthetic_weights(kGpt).config.model), "float32");
   EXPECT_TRUE(small.at("n_inner").is_null());
   EXPECT_TRUE(small.at("bos_token_id").is_null());
   EXPECT_EQ(small.at("tie_word_embeddings"), true);
   EXPECT_EQ(small.at("torch_dtype"), "float32");
 }
 
-TEST(ExportNames, RopeAndEncodersKeepCollageNamesAndShapes) {
-  const CheckpointWeights rope = synthetic_weights(R"(
-model: {n_layer: 2, hidden_size: 32, n_head: 2, vocab_size: 100, max_position_embeddings: 24,
-        position_embedding: rope, tie_embeddings: false}
-)");
-  const ExportNamingChoice choice = choose_export_naming(rope.config.model);
-  EXPECT_EQ(choice.naming, ExportNaming::collage);
-  EXPECT_EQ(choice.reason, "model.position_embedding is rope: GPT-2 has learned positions only");
-  expect_error([&] { export_tensors(rope, ExportNaming::hf_gpt2, "BF16"); },
-               "no Hugging Face GPT-2 names");
-  const std::vector<SafetensorsTensor> t = export_tensors(rope, ExportNaming::collage, "BF16");
+// The values of `t` in `tensors`, and of collage's parameter `name` in `w`.
+std::vector<uint16_t> bits_of(const SafetensorsTensor& t) {
+  std::vector<uint16_t> bits(t.bytes.size() / 2);
+  std::memcpy(bits.data(), t.bytes.data(), t.bytes.size());
+  return bits;
+}
+std::vector<uint16_t> rows_of(const CheckpointWeights& w, const std::string& name, int64_t begin,
+                              int64_t count) {
+  for (const ParameterInfo& info : w.table)
+    if (info.name == name) {
+      const int64_t cols = info.full_shape.size() == 2 ? info.full_shape[1] : 1;
+      std::vector<uint16_t> bits;
+      for (int64_t i = begin * cols; i < (begin + count) * cols; i++)
+        bits.push_back(w.values[size_t(info.offset + i)].bits);
+      return bits;
+    }
+  throw Error("no parameter " + name);
+}
+
+TEST(ExportNames, RopeGetsGptNeoXNamesWithEachHeadsQkvRowsTogether) {
+  const CheckpointWeights w = synthetic_weights(kRope);
+  const HfNaming naming = export_naming(w.config.model);
+  EXPECT_EQ(naming.model_class, "GPTNeoXForCausalLM");
+  const std::vector<SafetensorsTensor> t = export_safetensors(w, naming, "BF16");
+  using S = std::vector<int64_t>;
+  EXPECT_EQ(find(t, "gpt_neox.embed_in.weight").shape, S({100, 32}));
+  EXPECT_EQ(find(t, "embed_out.weight").shape, S({100, 32}));
+  EXPECT_EQ(find(t, "gpt_neox.layers.1.attention.query_key_value.weight").shape, S({96, 32}));
+  EXPECT_EQ(find(t, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight").shape, S({128, 32}));
+  EXPECT_EQ(find(t, "gpt_neox.layers.0.mlp.dense_4h_to_h.weight").shape, S({32, 128}));
+  EXPECT_EQ(t.size(), 1 + 2 * 12 + 2 + 1u);
+  // query_key_value rows: head 0's q, k, v, then head 1's (HS = 16); collage's [q | k | v].
+  for (const char* what : {"weight", "bias"}) {
+    const std::string name = fmt::format("h.1.attn.qkv.{}", what);
+    std::vector<uint16_t> expected;
+    for (int head = 0; head < 2; head++)
+      for (int part = 0; part < 3; part++) {
+        const std::vector<uint16_t> rows = rows_of(w, name, part * 32 + head * 16, 16);
+        expected.insert(expected.end(), rows.begin(), rows.end());
+      }
+    EXPECT_EQ(bits_of(find(t, fmt::format("gpt_neox.layers.1.attention.query_key_value.{}", what))),
+              expected);
+  }
+  EXPECT_EQ(bits_of(find(t, "gpt_neox.layers.0.attention.dense.weight")),
+            rows_of(w, "h.0.attn.proj.weight", 0, 32));  // nn.Linear: (out, in) as collage's
+  const nlohmann::ordered_json c = hf_config_json(naming, "bfloat16");
+  EXPECT_EQ(c.at("model_type"), "gpt_neox");
+  EXPECT_EQ(c.at("rotary_pct"), 1.0);
+  EXPECT_EQ(c.at("rotary_emb_base"), 500.0);
+  EXPECT_EQ(c.at("rope_theta"), 500.0);
+  EXPECT_EQ(c.at("use_parallel_residual"), false);
+  EXPECT_EQ(c.at("hidden_act"), "gelu_new");
+  EXPECT_EQ(c.at("intermediate_size"), 128);
+  EXPECT_EQ(c.at("tie_word_embeddings"), false);
+  // Tied: no embed_out.
+  std::string tied_yaml = kRope;
+  tied_yaml.replace(tied_yaml.find("tie_embeddings: false"), 21, "tie_embeddings: true");
+  const CheckpointWeights tied = synthetic_weights(tied_yaml);
+  for (const SafetensorsTensor& x :
+       export_safetensors(tied, export_naming(tied.config.model), "BF16"))
+    EXPECT_NE(x.name, "embed_out.weight");
+}
+
+TEST(ExportNames, EncodersGetBertAndRobertaNamesWithQkvSplit) {
+  for (const char* arch : {"bert", "roberta"}) {
+    const bool bert = std::string(arch) == "bert";
+    const CheckpointWeights w = synthetic_weights(bert ? kBert : kRoberta);
+    const HfNaming naming = export_naming(w.config.model);
+    EXPECT_EQ(naming.model_class, bert ? "BertForPreTraining" : "RobertaForMaskedLM");
+    const std::vector<SafetensorsTensor> t = export_safetensors(w, naming, "BF16");
+    const std::string p = bert ? "bert." : "roberta.";
+    std::set<std::string> names;
+    for (const SafetensorsTensor& x : t) names.insert(x.name);
+    std::set<std::string> expected = {
+        p + "embeddings.word_embeddings.weight", p + "embeddings.position_embeddings.weight",
+        p + "embeddings.token_type_embeddings.weight", p + "embeddings.LayerNorm.weight",
+        p + "embeddings.LayerNorm.bias"};
+    for (const char* s : {"attention.self.query", "attention.self.key", "attention.self.value",
+                          "attention.output.dense", "attention.output.LayerNorm",
+                          "intermediate.dense", "output.dense", "output.LayerNorm"})
+      for (const char* wb : {".weight", ".bias"}) expected.insert(p + "encoder.layer.0." + s + wb);
+    const std::vector<std::string> heads =
+        bert ? std::vector<std::string>{"bert.pooler.dense", "cls.predictions.transform.dense",
+                                        "cls.predictions.transform.LayerNorm",
+                                        "cls.seq_relationship"}
+             : std::vector<std::string>{"lm_head.dense", "lm_head.layer_norm"};
+    for (const std::string& h : heads) {
+      expected.insert(h + ".weight");
+      expected.insert(h + ".bias");
+    }
+    const std::string decoder_bias = bert ? "cls.predictions.bias" : "lm_head.bias";
+    expected.insert(decoder_bias);
+    EXPECT_EQ(names, expected) << arch;
+    // query, key, value: collage's qkv rows [0, C), [C, 2C), [2C, 3C); the bias trimmed to V.
+    const std::string layer = p + "encoder.layer.0.attention.self.";
+    EXPECT_EQ(bits_of(find(t, layer + "key.weight")), rows_of(w, "h.0.attn.qkv.weight", 32, 32));
+    EXPECT_EQ(bits_of(find(t, layer + "value.bias")), rows_of(w, "h.0.attn.qkv.bias", 64, 32));
+    EXPECT_EQ(find(t, layer + "query.weight").shape, std::vector<int64_t>({32, 32}));
+    EXPECT_EQ(bits_of(find(t, decoder_bias)), rows_of(w, "mlm.decoder.bias", 0, 200));
+    const nlohmann::ordered_json c = hf_config_json(naming, "float32");
+    EXPECT_EQ(c.at("hidden_act"), "gelu");
+    EXPECT_EQ(c.at("layer_norm_eps").get<double>(), 1e-12);
+    EXPECT_EQ(c.at("pad_token_id"), bert ? 0 : 1);
+    EXPECT_EQ(c.at("type_vocab_size"), bert ? 2 : 1);
+  }
+}
+
+TEST(ExportNames, CollageNamesOnRequestAreTheParametersAsTheyAre) {
+  const CheckpointWeights rope = synthetic_weights(kRope);
+  const HfNaming naming = export_naming(rope.config.model, /*collage_names=*/true);
+  EXPECT_EQ(export_naming_name(naming), "collage");
+  EXPECT_NE(naming.reason.find("--names collage"), std::string::npos) << naming.reason;
+  const std::vector<SafetensorsTensor> t = export_safetensors(rope, naming, "BF16");
   ASSERT_EQ(t.size(), rope.table.size());
   for (size_t i = 0; i < t.size(); i++) {
     const ParameterInfo& info = rope.table[i];
@@ -294,7 +377,7 @@ model: {n_layer: 2, hidden_size: 32, n_head: 2, vocab_size: 100, max_position_em
   EXPECT_EQ(find(t, "lm_head.weight").shape, std::vector<int64_t>({128, 32}));  // padded rows
 
   // F32 widens exactly.
-  const std::vector<SafetensorsTensor> f32 = export_tensors(rope, ExportNaming::collage, "F32");
+  const std::vector<SafetensorsTensor> f32 = export_safetensors(rope, naming, "F32");
   for (size_t i = 0; i < t.size(); i++) {
     ASSERT_EQ(f32[i].bytes.size(), t[i].bytes.size() * 2);
     for (size_t k = 0; k < t[i].bytes.size() / 2; k++) {
@@ -303,15 +386,74 @@ model: {n_layer: 2, hidden_size: 32, n_head: 2, vocab_size: 100, max_position_em
       ASSERT_EQ(f, bf16_to_float(at(t[i], int64_t(k))));
     }
   }
-  expect_error([&] { export_tensors(rope, ExportNaming::collage, "F16"); }, "expected BF16 or F32");
+  expect_error([&] { export_safetensors(rope, naming, "F16"); }, "expected BF16 or F32");
+}
 
-  for (const char* arch : {"bert", "roberta"}) {
-    ModelConfig encoder;
-    encoder.arch = arch;
-    const ExportNamingChoice e = choose_export_naming(encoder);
-    EXPECT_EQ(e.naming, ExportNaming::collage) << arch;
-    EXPECT_NE(e.reason.find(std::string("model.arch is ") + arch), std::string::npos) << e.reason;
+// Every class's tensors scatter back to the rows they came from, and its config.json reads back
+// as the model section it was written from.
+TEST(ExportNames, EveryNamingIsItsOwnInverse) {
+  const std::vector<std::string> configs = {kGpt, kRope, kBert, kRoberta};
+  for (const std::string& yaml : configs) {
+    const CheckpointWeights w = synthetic_weights(yaml);
+    const HfNaming naming = export_naming(w.config.model);
+    std::vector<bf16> back(w.values.size(), bf16{0});
+    std::map<std::string, const ParameterInfo*> info;
+    for (const ParameterInfo& p : w.table) info[p.name] = &p;
+    for (const HfTensor& t : naming.tensors) {
+      const ParameterInfo& p = *info.at(t.name);
+      const std::vector<bf16> v = hf_tensor_values(t, p.full_shape, w.values.data() + p.offset);
+      scatter_hf_tensor(t, p.full_shape, v.data(), back.data() + p.offset);
+    }
+    const int64_t V = w.config.model.vocab_size;
+    for (const ParameterInfo& p : w.table) {
+      const bool vocab = is_vocab_parameter(p.name);
+      const int64_t cols = p.full_shape.size() == 2 ? p.full_shape[1] : 1;
+      const int64_t kept = vocab ? V * cols : p.numel;  // the padding rows are not exported
+      for (int64_t i = 0; i < p.numel; i++)
+        ASSERT_EQ(back[size_t(p.offset + i)].bits,
+                  i < kept ? w.values[size_t(p.offset + i)].bits : 0)
+            << naming.model_class << " " << p.name << " " << i;
+    }
+    const nlohmann::json file = hf_config_json(naming, "bfloat16");
+    const ModelConfig read = model_config_from_hf(file, "x/config.json", w.config.model);
+    EXPECT_EQ(read, w.config.model) << naming.model_class;
+    EXPECT_TRUE(hf_config_mismatches(w.config.model, file).empty()) << naming.model_class;
   }
+}
+
+TEST(ExportNames, ConfigJsonThatCollageDoesNotComputeIsRefusedNamingTheKey) {
+  const ModelConfig rope = synthetic_weights(kRope).config.model;
+  nlohmann::json file = hf_config_json(hf_naming(rope), "bfloat16");
+  file["rotary_pct"] = 0.25;
+  file["use_parallel_residual"] = true;
+  file.erase("hidden_act");  // transformers' default for GPT-NeoX: erf GELU
+  expect_error([&] { model_config_from_hf(file, "pythia/config.json"); },
+               "pythia/config.json: a GPTNeoXForCausalLM that collage does not compute:\n"
+               "  hidden_act is \"gelu\" (transformers' default: the file leaves it out), "
+               "collage computes \"gelu_new\"\n"
+               "  rotary_pct is 0.25, collage computes 1.0\n"
+               "  use_parallel_residual is true, collage computes false");
+  // A run's config against a file: each disagreement names both keys and values.
+  nlohmann::json other = hf_config_json(hf_naming(rope), "bfloat16");
+  other["num_hidden_layers"] = 12;
+  other["rotary_emb_base"] = 10000.0;
+  const std::vector<std::string> lines = hf_config_mismatches(rope, other);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "num_hidden_layers is 12, the config's model.n_layer gives 2");
+  EXPECT_EQ(lines[1], "rotary_emb_base is 10000.0, the config's model.rope_base gives 500.0");
+  expect_error(
+      [&] {
+        model_config_from_hf(nlohmann::json{{"architectures", {"LlamaForCausalLM"}}},
+                             "llama/config.json");
+      },
+      "llama/config.json: config.json architectures is [\"LlamaForCausalLM\"]: collage "
+      "reads GPT2LMHeadModel");
+  expect_error(
+      [&] {
+        model_config_from_hf(nlohmann::json{{"architectures", {"GPT2LMHeadModel"}}},
+                             "g/config.json");
+      },
+      "g/config.json: config.json has no n_layer");
 }
 
 // export_checkpoint() on real checkpoints of the trainer's tiny run.
@@ -325,7 +467,7 @@ TEST_F(ExportCheckpoint, WritesTheExportAtomicallyAndRefusesWhatItShould) {
   // A directory resolves to its latest checkpoint; the export is the checkpoint's weights.
   ExportOptions options{checkpoints, (dir_ / "out" / "hf").string()};
   const ExportResult result = export_checkpoint(options);
-  EXPECT_EQ(result.naming, ExportNaming::hf_gpt2);
+  EXPECT_EQ(result.naming, "GPT2LMHeadModel");
   EXPECT_EQ(result.step, 3);
   EXPECT_EQ(result.tensors, 2 + 12 * 2 + 2);
   EXPECT_EQ(result.files, std::vector<std::string>({"model.safetensors", "config.json"}));
@@ -334,11 +476,12 @@ TEST_F(ExportCheckpoint, WritesTheExportAtomicallyAndRefusesWhatItShould) {
   EXPECT_EQ(file.metadata.at("step"), "3");
   EXPECT_EQ(file.metadata.at("format"), "pt");
   EXPECT_EQ(file.metadata.at("precision"), "fp32-master");
-  EXPECT_EQ(file.metadata.at("naming"), "hf-gpt2");
+  EXPECT_EQ(file.metadata.at("naming"), "GPT2LMHeadModel");
   EXPECT_EQ(parse_config(file.metadata.at("collage_config"), "meta"), config);
   EXPECT_EQ(fs::file_size(dir_ / "out" / "hf" / "model.safetensors"), result.safetensors_bytes);
   const CheckpointWeights w = read_checkpoint_weights(checkpoints + "/step_00000003.ckpt");
-  const std::vector<SafetensorsTensor> expected = export_tensors(w, ExportNaming::hf_gpt2, "BF16");
+  const std::vector<SafetensorsTensor> expected =
+      export_safetensors(w, export_naming(w.config.model), "BF16");
   ASSERT_EQ(file.tensors.size(), expected.size());
   for (size_t i = 0; i < expected.size(); i++) EXPECT_EQ(file.tensors[i].bytes, expected[i].bytes);
   for (const auto& entry : fs::directory_iterator(dir_ / "out"))
@@ -396,8 +539,7 @@ TEST_F(ExportCheckpoint, WritesTheExportAtomicallyAndRefusesWhatItShould) {
     }
   }
   fs::create_directories(dir_ / "empty");
-  EXPECT_EQ(export_checkpoint({checkpoints, (dir_ / "empty").string()}).naming,
-            ExportNaming::hf_gpt2);
+  EXPECT_EQ(export_checkpoint({checkpoints, (dir_ / "empty").string()}).naming, "GPT2LMHeadModel");
   EXPECT_TRUE(fs::exists(dir_ / "empty" / "config.json"));
 }
 
