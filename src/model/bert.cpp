@@ -13,7 +13,8 @@
 
 namespace collage {
 
-// Every activation and backward scratch buffer; N = B·T rows, M = B·P labelled rows at most.
+// Every activation and backward scratch buffer; N = B·T rows, M = B·P labelled rows at most
+// (without labels M = B·T, which P = T makes room for).
 // Shapes per rank: C3l = 3C/tp, Cl = C/tp, Fl = F/tp, Vl = Vp/tp.
 template <typename Storage>
 struct BertT<Storage>::Activations {
@@ -220,10 +221,18 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
                                                       uint64_t dropout_index) {
   COLLAGE_CHECK(B >= 1 && B <= micro_batch_, "BERT forward: batch {} outside [1, {}]", B,
                 micro_batch_);
-  COLLAGE_CHECK(
-      batch.input_ids && batch.input_mask && batch.segment_ids && batch.masked_lm_positions &&
-          batch.masked_lm_ids && (!nsp_ || batch.next_sentence_labels),
-      "BERT forward: the batch lacks a tensor{}", nsp_ ? " (BERT needs next_sentence_labels)" : "");
+  COLLAGE_CHECK(batch.input_ids && batch.input_mask && batch.segment_ids,
+                "BERT forward: the batch lacks input_ids, input_mask or segment_ids");
+  // Without labels (inference, bert.h): every position, which needs room for T rows a sequence.
+  const bool mlm_labels = batch.masked_lm_positions != nullptr;
+  const bool nsp_labels = nsp_ && batch.next_sentence_labels != nullptr;
+  COLLAGE_CHECK(mlm_labels == (batch.masked_lm_ids != nullptr),
+                "BERT forward: masked_lm_positions and masked_lm_ids must both be given or both "
+                "be null (logits at every position)");
+  COLLAGE_CHECK(mlm_labels || max_predictions_ >= seq_len_,
+                "BERT forward: logits at every position (no masked_lm_positions) need the model "
+                "built with max_predictions {} >= seq_len {}",
+                max_predictions_, seq_len_);
   const int T = seq_len_, P = max_predictions_, C = C_;
   const int C3l = 3 * C / layout_.tp, Cl = C / layout_.tp, Fl = local_ffn_;
   const int Vl = Vp_ / layout_.tp;
@@ -236,7 +245,7 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
   dropout_seed_ = dropout_seed;
   dropout_index_ = dropout_index;
 
-  // Host side: check the ids, derive positions, the labelled rows and the [CLS] rows.
+  // Host side: check the ids, derive positions, the MLM head's rows and the [CLS] rows.
   std::vector<int32_t> positions(N), key_mask(N);
   for (int b = 0; b < B; b++) {
     int32_t real_tokens = 0;
@@ -260,6 +269,10 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
   host_mlm_targets_.clear();
   for (int b = 0; b < B; b++) {
     cls_rows[b] = b * T;
+    if (!mlm_labels) {  // every position, in batch order
+      for (int t = 0; t < T; t++) rows.push_back(b * T + t);
+      continue;
+    }
     for (int k = 0; k < P; k++) {
       const int32_t position = batch.masked_lm_positions[int64_t{b} * P + k];
       if (position == 0) break;  // zero padding: the row's labels end here
@@ -277,10 +290,9 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
   be.copy_to_device(a.key_mask, key_mask.data(), N * sizeof(int32_t));
   be.copy_to_device(a.segments, batch.segment_ids, N * sizeof(int32_t));
   be.copy_to_device(a.positions, positions.data(), N * sizeof(int32_t));
-  if (M > 0) {
-    be.copy_to_device(a.mlm_rows, rows.data(), M * sizeof(int32_t));
+  if (M > 0) be.copy_to_device(a.mlm_rows, rows.data(), M * sizeof(int32_t));
+  if (M > 0 && mlm_labels)
     be.copy_to_device(a.mlm_targets, host_mlm_targets_.data(), M * sizeof(int32_t));
-  }
 
   // Embeddings: three lookups summed, layernorm, dropout. The word lookup is vocab-parallel:
   // each rank fills the rows of the tokens it owns (zeros elsewhere), and the all-reduce, which
@@ -323,8 +335,9 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
   }
 
   Loss loss;
-  // MLM head on the labelled rows, replicated up to the decoder: the word embedding (tied) plus
-  // its bias, both split by vocabulary rows, so each rank computes its Vp/tp logit columns.
+  // MLM head on the labelled rows (every row without labels), replicated up to the decoder: the
+  // word embedding (tied) plus its bias, both split by vocabulary rows, so each rank computes its
+  // Vp/tp logit columns.
   if (M > 0) {
     be.gather_rows(a.picked, x, a.mlm_rows, M, C);
     be.matmul_forward(a.dense, a.picked, w.mlm_dense_w, w.mlm_dense_b, M, C, C);
@@ -332,36 +345,47 @@ typename BertT<Storage>::Loss BertT<Storage>::forward(const BertInputs& batch, i
     be.layernorm_forward(a.mlm_ln, a.mlm_mean, a.mlm_rstd, a.dense_gelu, w.mlm_ln_w, w.mlm_ln_b, M,
                          C, eps);
     be.matmul_forward(a.logits, a.mlm_ln, w.word, w.decoder_b, M, C, Vl);  // (M, Vp/tp)
+  }
+  if (M > 0 && mlm_labels) {
     vocab_parallel_cross_entropy(be, tp_comm_, layout_.tp, a.mlm_losses, a.row_lse, a.row_max,
                                  a.row_sums, a.logits, a.mlm_targets, M, V_, Vl, vocab_begin_);
     loss.mlm_sum = be.sum(a.mlm_losses, M);
     loss.mlm_count = M;
   }
   // NSP head on the [CLS] rows (BERT).
+  host_nsp_targets_.clear();
   if (nsp_) {
-    host_nsp_targets_.assign(batch.next_sentence_labels, batch.next_sentence_labels + B);
-    for (int b = 0; b < B; b++)
+    if (nsp_labels)
+      host_nsp_targets_.assign(batch.next_sentence_labels, batch.next_sentence_labels + B);
+    for (size_t b = 0; b < host_nsp_targets_.size(); b++)
       COLLAGE_CHECK(host_nsp_targets_[b] == 0 || host_nsp_targets_[b] == 1,
                     "BERT forward: next_sentence_label {} of sequence {} is not 0 or 1",
                     host_nsp_targets_[b], b);
     be.copy_to_device(a.cls_rows, cls_rows.data(), B * sizeof(int32_t));
-    be.copy_to_device(a.nsp_targets, host_nsp_targets_.data(), B * sizeof(int32_t));
     be.gather_rows(a.cls, x, a.cls_rows, B, C);
     be.matmul_forward(a.pooled_pre, a.cls, w.pooler_w, w.pooler_b, B, C, C);
     be.tanh_forward(a.pooled, a.pooled_pre, int64_t{B} * C);
     be.matmul_forward(a.nsp_logits, a.pooled, w.nsp_w, w.nsp_b, B, C, 2);
+  }
+  if (nsp_labels) {
+    be.copy_to_device(a.nsp_targets, host_nsp_targets_.data(), B * sizeof(int32_t));
     be.cross_entropy_forward(a.nsp_losses, a.nsp_logits, a.nsp_targets, B, 2, 2);
     loss.nsp_sum = be.sum(a.nsp_losses, B);
     loss.nsp_count = B;
   }
   last_B_ = B;
   last_rows_ = M;
+  last_mlm_labels_ = mlm_labels;
+  last_nsp_labels_ = nsp_labels;
   return loss;
 }
 
 template <typename Storage>
 void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
   COLLAGE_CHECK(last_B_ > 0, "BERT backward: no forward yet");
+  COLLAGE_CHECK(last_mlm_labels_ && (!nsp_ || last_nsp_labels_),
+                "BERT backward: the last forward had no {} labels, so no loss to differentiate",
+                last_mlm_labels_ ? "next-sentence" : "masked-LM");
   const int B = last_B_, T = seq_len_, M = last_rows_, C = C_;
   const int C3l = 3 * C / layout_.tp, Cl = C / layout_.tp, Fl = local_ffn_;
   const int Vl = Vp_ / layout_.tp;
@@ -455,6 +479,11 @@ const Storage* BertT<Storage>::mlm_logits() const {
   return acts_->logits;
 }
 
+template <typename Storage>
+const Storage* BertT<Storage>::nsp_logits() const {
+  return nsp_ ? acts_->nsp_logits : nullptr;
+}
+
 // argmax over the real vocabulary of each labelled row's logits (host copy), the first column
 // of the row's maximum as at tp = 1. Under TP each rank holds some columns: the row maximum is
 // all-reduced (max), then the smallest global column holding it (as −column, max-reduced), so
@@ -462,7 +491,10 @@ const Storage* BertT<Storage>::mlm_logits() const {
 template <typename Storage>
 int64_t BertT<Storage>::mlm_correct() const {
   const int M = last_rows_, Vl = Vp_ / layout_.tp;
-  if (M == 0) return 0;  // the same on every TP rank: no collective is skipped by one alone
+  // Every TP rank saw the same batch: all throw or none, and no collective is skipped by one.
+  COLLAGE_CHECK(last_B_ == 0 || last_mlm_labels_,
+                "BERT mlm_correct: the last forward had no masked-LM labels");
+  if (M == 0) return 0;
   std::vector<Storage> logits(size_t(M) * Vl);
   backend_.copy_to_host(logits.data(), acts_->logits, logits.size() * sizeof(Storage));
   auto value = [&](int r, int64_t j) {  // j: local column
@@ -515,6 +547,7 @@ int64_t BertT<Storage>::mlm_correct() const {
 template <typename Storage>
 int64_t BertT<Storage>::nsp_correct() const {
   if (!nsp_ || last_B_ == 0) return 0;
+  COLLAGE_CHECK(last_nsp_labels_, "BERT nsp_correct: the last forward had no next-sentence labels");
   std::vector<Storage> logits(size_t(last_B_) * 2);
   backend_.copy_to_host(logits.data(), acts_->nsp_logits, logits.size() * sizeof(Storage));
   int64_t correct = 0;

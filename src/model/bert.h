@@ -8,6 +8,8 @@
 //               x = LN2(x + dropout(fc2(gelu(fc1(x)))))          post-LayerNorm, erf GELU
 //   MLM head    rows at the masked positions: LN(gelu(dense(x))) · wordᵀ + decoder bias
 //   BERT only   pooler tanh(dense(x[CLS])) and the next-sentence classifier; loss MLM + NSP
+// Inference (forward()'s comment): without MLM labels the head runs on every position of every
+// row and without NSP labels the classifier still runs; neither computes a loss.
 // RoBERTa (arch roberta): one token type, no pooler or NSP, positions offset past the padding
 // id (pad_token_id + cumulative count of real tokens; padding tokens sit at pad_token_id), as
 // the reference model computes them. Dropout masks come from a counter-based RNG
@@ -64,7 +66,7 @@ namespace collage {
 std::vector<ParameterInfo> bert_parameter_table(const ModelConfig& config, int tp = 1);
 
 // One micro-batch as the HDF5 files hold it, on the host, row-major (batch.h's masked_lm fields;
-// next_sentence_labels may be null for RoBERTa).
+// next_sentence_labels may be null for RoBERTa). forward() also takes one without labels.
 using BertInputs = Batch;
 
 template <typename Storage>
@@ -101,10 +103,16 @@ class BertT : public TransformerModelT<Storage, MaskedLanguageModelT<Storage>> {
   // One micro-batch. dropout: whether to drop (training) and the key of this micro-batch's
   // masks; its masks depend on (dropout_seed, dropout_index) only, so give each micro-batch a
   // distinct index (the trainer: its first sample's index).
+  // Inference, for checks against other implementations (a masked position 0 ends a row's
+  // labels, so the labelled rows never reach [CLS]): masked_lm_positions and masked_lm_ids both
+  // null predict at every position, row b·T + t of mlm_logits() being (b, t), without MLM loss
+  // (the model needs max_predictions = seq_len, the rows it has room for); BERT with null
+  // next_sentence_labels computes nsp_logits() without NSP loss. backward(), mlm_correct() and
+  // nsp_correct() need the labels of the heads the model has.
   Loss forward(const BertInputs& batch, int B, bool dropout, uint64_t dropout_seed = 0,
                uint64_t dropout_index = 0) override;
   // Accumulates the gradient of dloss_mlm · Σ MLM token losses + dloss_nsp · Σ NSP losses of the
-  // last forward into gradient_memory().
+  // last forward (which had every label) into gradient_memory().
   void backward(float dloss_mlm, float dloss_nsp) override;
 
   // Of the last forward: how many labelled tokens (and, BERT, sequences) the model predicted
@@ -113,9 +121,13 @@ class BertT : public TransformerModelT<Storage, MaskedLanguageModelT<Storage>> {
   // floats, so every TP rank must call mlm_correct() together) and every rank gets the count.
   int64_t mlm_correct() const override;
   int64_t nsp_correct() const override;
-  // The last forward's MLM logits, (M, Vp/tp) on the device: M labelled rows in batch order,
-  // this rank's vocabulary columns [tp_rank·Vp/tp, (tp_rank + 1)·Vp/tp).
+  // The last forward's MLM logits, (M, Vp/tp) on the device: M labelled rows in batch order
+  // (without labels M = B·T, every position), this rank's vocabulary columns
+  // [tp_rank·Vp/tp, (tp_rank + 1)·Vp/tp).
   const Storage* mlm_logits() const;
+  // The last forward's NSP logits, (B, 2) on the device, [is next, random], replicated over TP
+  // ranks; null for an architecture without the head (RoBERTa).
+  const Storage* nsp_logits() const;
 
   int max_predictions() const { return max_predictions_; }
 
@@ -171,7 +183,8 @@ class BertT : public TransformerModelT<Storage, MaskedLanguageModelT<Storage>> {
   std::unique_ptr<Activations> acts_;
 
   // the last forward
-  int last_B_ = 0, last_rows_ = 0;  // batch size, labelled MLM rows
+  int last_B_ = 0, last_rows_ = 0;  // batch size, MLM rows (labelled, or B·T without labels)
+  bool last_mlm_labels_ = false, last_nsp_labels_ = false;  // whether it computed each loss
   bool last_dropout_ = false;
   uint64_t dropout_seed_ = 0, dropout_index_ = 0;
   std::vector<int32_t> host_mlm_targets_, host_nsp_targets_;

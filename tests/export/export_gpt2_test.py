@@ -27,10 +27,8 @@ Needs torch and numpy (Debian: python3-torch, /usr/bin/python3): fails, never sk
 """
 import argparse
 import json
-import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -38,13 +36,16 @@ import tempfile
 try:
     import numpy as np
     import torch
-    import torch.nn.functional as F
 except ImportError as error:
     sys.exit("FAIL: export_gpt2_test.py needs torch and numpy (%s): install Debian's "
              "python3-torch (scripts/install-deps.sh) and run it with /usr/bin/python3" % error)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parallel"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from equivalence import write_dataset  # noqa: E402
+# GPT-2's forward and the files read by hand (hf_reference.py), failures collected by check().
+from hf_reference import (bf16_of, check, failures, gpt2_forward, gpt2_names,  # noqa: E402
+                          read_checkpoint, read_safetensors)
 
 # collage's fp32 model against float64: only the summation order differs (measured ~2e-6).
 FP32_TOLERANCE = 1e-4
@@ -70,16 +71,6 @@ logging: {{progress: "off", dir: "{run}"}}
 checkpoint: {{interval: 10, keep: 2}}
 """
 
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL: " + message)
-    return condition
-
-
 def run(cmd, expect=0):
     env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="1")
     result = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -88,104 +79,6 @@ def run(cmd, expect=0):
         sys.exit("FAIL: %s exited %d (expected %d)\n%s" % (" ".join(cmd), result.returncode,
                                                             expect, result.stdout[-4000:]))
     return result
-
-
-# ---- the files, read by hand -----------------------------------------------------------
-
-def read_checkpoint(path):
-    """A collage checkpoint (src/checkpoint/checkpoint.h): name -> (dtype, shape, raw bytes)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    assert data[:12] == b"COLLAGE-CKPT", path
-    _, meta_bytes, _ = struct.unpack_from("<IQQ", data, 12)
-    header = json.loads(data[32:32 + meta_bytes])
-    start = (32 + meta_bytes + 63) // 64 * 64
-    return {t["name"]: (t["dtype"], t["shape"], data[start + t["offset"]:
-                                                     start + t["offset"] + t["bytes"]])
-            for t in header["tensors"]}
-
-
-def read_safetensors(path):
-    """model.safetensors by hand: (metadata, name -> torch tensor, name -> raw bytes)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack_from("<Q", data, 0)
-    check((8 + n) % 8 == 0, "%s: header of %d bytes: the data does not start 8-aligned" % (path, n))
-    text = data[8:8 + n].decode("utf-8")
-    check(text.startswith("{") and text.rstrip(" ").endswith("}"),
-          "%s: header is not a JSON object padded with spaces" % path)
-    header = json.loads(text)
-    metadata = header.pop("__metadata__", {})
-    check(all(isinstance(v, str) for v in metadata.values()), "%s: metadata not strings" % path)
-    position, data_start = 0, 8 + n
-    for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
-        begin, end = entry["data_offsets"]
-        check(begin == position, "%s: %s starts at %d, expected %d" % (path, name, begin, position))
-        size = {"BF16": 2, "F32": 4}[entry["dtype"]]
-        check(end - begin == size * math.prod(entry["shape"]),
-              "%s: %s: offsets do not match shape %s" % (path, name, entry["shape"]))
-        check(begin % size == 0, "%s: %s is not aligned to its element size" % (path, name))
-        position = end
-    check(data_start + position == len(data), "%s: tensors do not cover the data exactly" % path)
-    tensors, raw = {}, {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        raw[name] = data[data_start + begin:data_start + end]
-        if entry["dtype"] == "BF16":
-            t = torch.from_numpy(np.frombuffer(raw[name], dtype=np.int16).copy()).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(np.frombuffer(raw[name], dtype=np.float32).copy())
-        tensors[name] = t.reshape(entry["shape"])
-    return metadata, tensors, raw, header
-
-
-def bf16_of(raw, shape):
-    """Raw bf16 bytes as a torch.bfloat16 tensor of `shape`."""
-    return torch.from_numpy(np.frombuffer(raw, dtype=np.int16).copy()).view(
-        torch.bfloat16).reshape(shape)
-
-
-# ---- GPT-2 in torch --------------------------------------------------------------------
-
-def gelu_new(x):
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
-
-
-def gpt2_forward(w, cfg, ids, dtype):
-    """GPT2LMHeadModel's forward (eval mode) from the exported tensors and config.json."""
-    w = {k: v.to(dtype) for k, v in w.items()}
-    B, T = ids.shape
-    C, NH = cfg["n_embd"], cfg["n_head"]
-    HS, eps = C // NH, cfg["layer_norm_epsilon"]
-    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][torch.arange(T)]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for layer in range(cfg["n_layer"]):
-        p = "transformer.h.%d." % layer
-        h = F.layer_norm(x, (C,), w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
-        qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # Conv1D: x·W + b
-        q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, dim=2))
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
-        probs = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (probs @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + (y @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"])
-        h = F.layer_norm(x, (C,), w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
-        h = gelu_new(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
-        x = x + (h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"])
-    x = F.layer_norm(x, (C,), w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
-    head = w["lm_head.weight"] if not cfg["tie_word_embeddings"] else w["transformer.wte.weight"]
-    return x @ head.T
-
-
-def hf_names(layers, tied):
-    names = ["transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
-             "transformer.ln_f.bias"]
-    for layer in range(layers):
-        p = "transformer.h.%d." % layer
-        names += [p + s for s in ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
-                                  "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-                                  "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                                  "mlp.c_proj.weight", "mlp.c_proj.bias")]
-    return set(names) | (set() if tied else {"lm_head.weight"})
 
 
 # collage name -> (GPT-2 name, transposed)
@@ -242,10 +135,10 @@ def check_metadata(case, metadata, naming):
 def check_hf_export(case, out, checkpoint_tensors=None):
     metadata, tensors, raw, header = read_safetensors(os.path.join(out, "model.safetensors"))
     check_metadata(case, metadata, "GPT2LMHeadModel")
-    check(set(tensors) == hf_names(2, case.tied),
+    check(set(tensors) == gpt2_names(2, case.tied),
           "%s: names differ from GPT-2's: extra %s, missing %s" % (
-              case.name, sorted(set(tensors) - hf_names(2, case.tied)),
-              sorted(hf_names(2, case.tied) - set(tensors))))
+              case.name, sorted(set(tensors) - gpt2_names(2, case.tied)),
+              sorted(gpt2_names(2, case.tied) - set(tensors))))
     F_ = case.ffn or 256
     shapes = {"transformer.wte.weight": [case.vocab, 64], "transformer.wpe.weight": [32, 64],
               "transformer.h.1.attn.c_attn.weight": [64, 192],

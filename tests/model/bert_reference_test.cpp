@@ -18,7 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
-#include "fixture_reader.h"
+#include "encoder_fixture.h"
 #include "model/bert.h"
 #include "model/host_values.h"
 
@@ -28,65 +28,19 @@ namespace {
 using test::entry;
 using test::Fixture;
 using test::relative_error;
+using Case = test::EncoderCase;
 
 struct Tolerances {
   double loss, logits, grad;
 };
 
-struct Case {
-  ModelConfig config;
-  int B, T, P;
-  std::vector<int32_t> ids, mask, segments, positions, labels, nsp;
-  BertInputs batch() const {
-    return {ids.data(),       mask.data(),   segments.data(),
-            positions.data(), labels.data(), nsp.empty() ? nullptr : nsp.data()};
-  }
-};
-
-std::vector<int32_t> ints(const Fixture& f, const std::string& name) {
-  const std::vector<float>& data = entry(f, name).data;
-  return std::vector<int32_t>(data.begin(), data.end());
-}
-
-Case case_from(const Fixture& f, const std::string& arch) {
-  const std::vector<float>& c = entry(f, "config").data;
-  Case k;
-  k.config.arch = arch;
-  k.config.n_layer = int(c[0]);
-  k.config.hidden_size = int(c[1]);
-  k.config.n_head = int(c[2]);
-  k.config.ffn_hidden_size = int(c[3]);
-  k.config.vocab_size = int(c[4]);
-  k.config.max_position_embeddings = int(c[5]);
-  k.config.type_vocab_size = int(c[6]);
-  k.config.pad_token_id = int(c[7]);
-  k.config.layernorm_eps = c[8];
-  k.P = int(c[9]);
-  const std::vector<int64_t>& shape = entry(f, "batch.input_ids").shape;
-  k.B = int(shape[0]), k.T = int(shape[1]);
-  k.ids = ints(f, "batch.input_ids");
-  k.mask = ints(f, "batch.input_mask");
-  k.segments = ints(f, "batch.segment_ids");
-  k.positions = ints(f, "batch.masked_lm_positions");
-  k.labels = ints(f, "batch.masked_lm_ids");
-  if (arch == "bert") k.nsp = ints(f, "batch.next_sentence_labels");
-  return k;
-}
-
 template <typename Storage>
 void check_against_fixture(BackendT<Storage>& backend, const std::string& arch,
                            const Tolerances& tol) {
-  const Fixture f = test::read_fixture(std::string(COLLAGE_SOURCE_DIR) + "/tests/fixtures/" + arch +
-                                       "_encoder.bin");
-  const Case k = case_from(f, arch);
+  const Fixture f = test::read_encoder_fixture(arch);
+  const Case k = test::encoder_case(f, arch);
   BertT<Storage> model(k.config, backend, k.B, k.T, k.P);
-  std::vector<float> host(size_t(model.num_parameters()));
-  for (const ParameterInfo& p : model.parameters()) {
-    const test::FixtureTensor& t = entry(f, "param." + p.name);
-    ASSERT_EQ(t.shape, p.shape) << p.name;
-    std::copy(t.data.begin(), t.data.end(), host.begin() + p.offset);
-  }
-  model.load_parameters(host.data());
+  model.load_parameters(test::fixture_parameters(f, model).data());
   model.zero_gradients();
   const auto loss = model.forward(k.batch(), k.B, /*dropout=*/false);
   const double mlm = loss.mlm_sum / double(loss.mlm_count);
@@ -119,9 +73,8 @@ TEST(BertReference, AccuracyCountsTheArgmax) {
   auto backend = make_cpu_backend_fp32(2);
   for (const std::string arch : {"bert", "roberta"}) {
     SCOPED_TRACE(arch);
-    const Fixture f = test::read_fixture(std::string(COLLAGE_SOURCE_DIR) + "/tests/fixtures/" +
-                                         arch + "_encoder.bin");
-    Case k = case_from(f, arch);
+    const Fixture f = test::read_encoder_fixture(arch);
+    Case k = test::encoder_case(f, arch);
     const test::FixtureTensor& logits = entry(f, "out.mlm_logits");
     const int64_t Vp = logits.shape[1];
     int64_t row = 0, expected = 0;
@@ -141,12 +94,7 @@ TEST(BertReference, AccuracyCountsTheArgmax) {
         nsp_expected += (nsp[2 * b + 1] > nsp[2 * b]) == (k.nsp[b] == 1);
     }
     BertT<float> model(k.config, *backend, k.B, k.T, k.P);
-    std::vector<float> host(size_t(model.num_parameters()));
-    for (const ParameterInfo& p : model.parameters()) {
-      const test::FixtureTensor& t = entry(f, "param." + p.name);
-      std::copy(t.data.begin(), t.data.end(), host.begin() + p.offset);
-    }
-    model.load_parameters(host.data());
+    model.load_parameters(test::fixture_parameters(f, model).data());
     model.forward(k.batch(), k.B, /*dropout=*/false);
     EXPECT_EQ(model.mlm_correct(), expected);
     EXPECT_EQ(model.nsp_correct(), nsp_expected);
