@@ -9,7 +9,8 @@ biases and layernorms away from their init) and exported:
 1. rope-tied: a GPT with rotary positions and tied embeddings, one process, exported from the
    checkpoint directory -> GPTNeoXForCausalLM.
 2. rope-untied-tp2: rotary, untied, ffn_hidden_size 96, trained under mpirun at tensor-parallel
-   2, exported from the set's manifest -> GPTNeoXForCausalLM with embed_out.
+   2, exported from the set's manifest -> GPTNeoXForCausalLM with embed_out. Then read back:
+   import -> export gives the same files, and a TP=2 run from hf:DIR saves the same weights.
 3. bert: BERT on BERT pretraining HDF5 shards that `collage prepare-bert` makes from
    tests/parallel/equivalence.py's corpus, with its WordPiece vocab.txt -> BertForPreTraining;
    also exported with --max-shard-size 100KB, whose shards (read through
@@ -389,6 +390,34 @@ def run_case(args, work, case, kind, source, inputs):
     return out
 
 
+def round_trips_at_tp2(args, work, case, out):
+    """The TP=2 export read back: `collage import` then export gives the same files, and a TP=2
+    run started from it (--init-from hf:DIR) holds the same weights in its checkpoint set: one
+    step at lr 1e-30 moves no bf16 weight (the update lands far below every weight's last bit),
+    so the set exports to the same tensors, every shard put back where it came from."""
+    imported = os.path.join(work, case.name + "-imported.ckpt")
+    run([args.collage, "import", out, "--output", imported])
+    again = os.path.join(work, "export-" + case.name + "-again")
+    case.export(imported, again)
+    for name in ("model.safetensors", "config.json"):
+        with open(os.path.join(out, name), "rb") as a, open(os.path.join(again, name), "rb") as b:
+            hf.check(a.read() == b.read(), "%s: export -> import -> export changed %s" % (
+                case.name, name))
+    run_dir = os.path.join(work, case.name + "-from-hf")
+    run([args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x",
+         "OPENBLAS_NUM_THREADS=1", "-x", "OMP_NUM_THREADS=1", args.collage, "train", case.config,
+         "--init-from", "hf:" + out, "--set", "optimizer.lr=1.0e-30", "--set",
+         "optimizer.min_lr=0", "--set", "training.max_steps=1", "--set",
+         "checkpoint.interval=1", "--set", "logging.dir=" + run_dir])
+    from_run = os.path.join(work, "export-" + case.name + "-from-hf")
+    case.export(os.path.join(run_dir, "checkpoints"), from_run)
+    _, first, _, _, _ = hf.read_export(out)
+    _, second, _, _, _ = hf.read_export(from_run)
+    hf.check(set(first) == set(second) and all(
+        torch.equal(first[n].view(torch.int16), second[n].view(torch.int16)) for n in first),
+        "%s: a TP=2 run from hf:%s does not hold the export's weights" % (case.name, out))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--collage", required=True)
@@ -411,7 +440,8 @@ def main():
         untied = Case(args, work, "rope-untied-tp2", 100, "rope", False, ffn=96, tp=2)
         hf.check(os.path.isdir(os.path.join(untied.checkpoints, "step_%08d.shards" % STEP)),
                  "rope-untied-tp2: no checkpoint set")
-        run_case(args, work, untied, GPT_NEOX, untied.last, gpt_inputs(100))
+        out = run_case(args, work, untied, GPT_NEOX, untied.last, gpt_inputs(100))
+        round_trips_at_tp2(args, work, untied, out)
 
         # 3. BERT: MLM at every position and NSP, segment B tokens, padding.
         bert = EncoderCase(args, work, "bert")
