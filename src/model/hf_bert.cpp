@@ -59,19 +59,18 @@ HfNaming bert_hf_naming(const ModelConfig& c) {
     add("lm_head.bias", "mlm.decoder.bias", first_rows(c.vocab_size));
   }
 
-  n.model_keys = {
-      {"vocab_size", c.vocab_size, "model.vocab_size"},
-      {"hidden_size", c.hidden_size, "model.hidden_size"},
-      {"num_hidden_layers", c.n_layer, "model.n_layer"},
-      {"num_attention_heads", c.n_head, "model.n_head"},
-      {"intermediate_size", c.ffn(), "model.ffn_hidden_size"},
-      {"max_position_embeddings", c.max_position_embeddings, "model.max_position_embeddings", 512},
-      {"type_vocab_size", c.type_vocab_size, "model.type_vocab_size", 2},
-      {"layer_norm_eps", shortest_decimal(c.layernorm_eps), "model.layernorm_eps", 1e-12},
-      {"hidden_act", "gelu", "", "gelu"},  // erf GELU, in the blocks and the MLM head
-      {"position_embedding_type", "absolute", "", "absolute"},
-      {"tie_word_embeddings", true, "", true},  // the MLM decoder is the word embeddings
-  };
+  n.model_keys = hf_size_keys(c);
+  n.model_keys.insert(
+      n.model_keys.end(),
+      {
+          {"max_position_embeddings", c.max_position_embeddings, "model.max_position_embeddings",
+           512},
+          {"type_vocab_size", c.type_vocab_size, "model.type_vocab_size", 2},
+          {"layer_norm_eps", shortest_decimal(c.layernorm_eps), "model.layernorm_eps", 1e-12},
+          {"hidden_act", "gelu", "", "gelu"},  // erf GELU, in the blocks and the MLM head
+          {"position_embedding_type", "absolute", "", "absolute"},
+          {"tie_word_embeddings", true, "", true},  // the MLM decoder is the word embeddings
+      });
   // RoBERTa's positions start past the padding id: it shapes the forward.
   if (bert)
     n.other_keys["pad_token_id"] = c.pad_token_id;

@@ -125,21 +125,20 @@ HfNaming gpt_neox_naming(const ModelConfig& c) {
   if (!c.tie_embeddings) t.add("embed_out.weight", "lm_head.weight", vocab);
 
   const double base = shortest_decimal(c.rope_base);
-  n.model_keys = {
-      {"vocab_size", c.vocab_size, "model.vocab_size"},
-      {"hidden_size", c.hidden_size, "model.hidden_size"},
-      {"num_hidden_layers", c.n_layer, "model.n_layer"},
-      {"num_attention_heads", c.n_head, "model.n_head"},
-      {"intermediate_size", c.ffn(), "model.ffn_hidden_size"},
-      {"max_position_embeddings", c.max_position_embeddings, "model.max_position_embeddings", 2048},
-      {"hidden_act", "gelu_new", "", "gelu"},  // GELU, tanh approximation
-      {"rotary_pct", 1.0, "", 0.25},           // every dimension of a head rotates
-      {"rotary_emb_base", base, "model.rope_base", 10000},
-      {"layer_norm_eps", shortest_decimal(c.layernorm_eps), "model.layernorm_eps", 1e-5},
-      {"use_parallel_residual", false, "", true},  // x += attn(ln_1(x)); x += mlp(ln_2(x))
-      {"attention_bias", true, "", true},
-      {"tie_word_embeddings", c.tie_embeddings, "model.tie_embeddings", false},
-  };
+  n.model_keys = hf_size_keys(c);
+  n.model_keys.insert(
+      n.model_keys.end(),
+      {
+          {"max_position_embeddings", c.max_position_embeddings, "model.max_position_embeddings",
+           2048},
+          {"hidden_act", "gelu_new", "", "gelu"},  // GELU, tanh approximation
+          {"rotary_pct", 1.0, "", 0.25},           // every dimension of a head rotates
+          {"rotary_emb_base", base, "model.rope_base", 10000},
+          {"layer_norm_eps", shortest_decimal(c.layernorm_eps), "model.layernorm_eps", 1e-5},
+          {"use_parallel_residual", false, "", true},  // x += attn(ln_1(x)); x += mlp(ln_2(x))
+          {"attention_bias", true, "", true},
+          {"tie_word_embeddings", c.tie_embeddings, "model.tie_embeddings", false},
+      });
   // transformers 5 reads the rotary settings from these; older versions from the keys above.
   n.other_keys["rope_theta"] = base;
   n.other_keys["partial_rotary_factor"] = 1.0;

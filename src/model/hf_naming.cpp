@@ -14,6 +14,14 @@
 
 namespace collage {
 
+std::vector<HfConfigKey> hf_size_keys(const ModelConfig& c) {
+  return {{"vocab_size", c.vocab_size, "model.vocab_size"},
+          {"hidden_size", c.hidden_size, "model.hidden_size"},
+          {"num_hidden_layers", c.n_layer, "model.n_layer"},
+          {"num_attention_heads", c.n_head, "model.n_head"},
+          {"intermediate_size", c.ffn(), "model.ffn_hidden_size"}};
+}
+
 std::vector<RowRange> first_rows(int64_t n) { return {{0, n}}; }
 
 double shortest_decimal(float value) { return std::stod(fmt::format("{}", value)); }

@@ -91,8 +91,10 @@ std::vector<bf16> hf_tensor_values(const HfTensor& t, const std::vector<int64_t>
 void scatter_hf_tensor(const HfTensor& t, const std::vector<int64_t>& full_shape,
                        const bf16* values, bf16* parameter);
 
-// Helpers for the class files: rows [0, n), and a float as the decimal it was written as
-// (1e-5f as 1e-05, not 9.99999974737875e-06).
+// Helpers for the class files: the size keys most classes share (vocab_size, hidden_size,
+// num_hidden_layers, num_attention_heads, intermediate_size), rows [0, n), and a float as the
+// decimal it was written as (1e-5f as 1e-05, not 9.99999974737875e-06).
+std::vector<HfConfigKey> hf_size_keys(const ModelConfig& config);
 std::vector<RowRange> first_rows(int64_t n);
 double shortest_decimal(float value);
 

@@ -38,19 +38,12 @@ except ImportError as error:
              "python3-torch (scripts/install-deps.sh) and run it with /usr/bin/python3" % error)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_reference import bf16_of, read_checkpoint  # noqa: E402
+import hf_reference as hf  # noqa: E402
+from hf_reference import bf16_of, check, read_checkpoint  # noqa: E402
 
-failures = []
 C, NH, L, V, POSITIONS, F = 64, 4, 2, 200, 32, 256
 HS = C // NH
 PADDED = 256  # V rounded up to a multiple of 128, as collage pads the vocabulary
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL: " + message)
-    return condition
 
 
 # ---- safetensors, written as the format's documentation describes ----------------------
@@ -309,8 +302,8 @@ def main():
                 name, "counts" if rounded else "does not count"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if failures:
-        sys.exit("FAIL: %d check(s) failed" % len(failures))
+    if hf.failures:
+        sys.exit("FAIL: %d check(s) failed" % len(hf.failures))
     print("PASS")
 
 
