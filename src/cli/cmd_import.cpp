@@ -25,8 +25,8 @@ void add_import_command(CLI::App& root) {
       "  collage import ~/hf/gpt2 --output runs/gpt2/imported.ckpt\n"
       "  collage generate runs/gpt2/imported.ckpt --prompt 'Hello'\n"
       "  collage train configs/gpt2/124m.yaml --init-from hf:$HOME/hf/gpt2\n"
-      "Exit status: 0 done, 1 an error (the message names the file, tensor or key), 2 a\n"
-      "command line that does not parse.");
+      "Exit status: 0 done, 1 an error (the message names the file, tensor or key),\n"
+      "2 a command line that does not parse.");
   cmd->add_option("directory", options->source,
                   "The Hugging Face directory (or hf:DIR); also a `collage export` directory")
       ->required();

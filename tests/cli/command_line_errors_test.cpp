@@ -18,7 +18,7 @@ void expect_usage_error(const std::string& args, const std::string& message) {
 TEST(CommandLineErrors, UseTheErrorFormatExitTwoAndHint) {
   const std::string commands =
       "commands: train, prepare-gpt, prepare-bert, inspect, bench, plan, tokenize, eval, generate, "
-      "export";
+      "export, import";
   expect_usage_error("tran x.yaml",
                      "unknown command 'tran' (did you mean 'train'?) (" + commands + ")");
   expect_usage_error("", "no command given (" + commands + "; collage --help)");
@@ -35,7 +35,7 @@ TEST(CommandLineErrors, UseTheErrorFormatExitTwoAndHint) {
 
 TEST(CommandLineErrors, EveryCommandsHelpDocumentsItsExitStatuses) {
   for (const char* command : {"train", "prepare-gpt", "prepare-bert", "inspect", "bench", "plan",
-                              "tokenize", "eval", "generate", "export"}) {
+                              "tokenize", "eval", "generate", "export", "import"}) {
     const CommandResult help = run_collage(std::string(command) + " --help");
     EXPECT_EQ(help.exit_code, 0) << command;
     EXPECT_NE(help.output.find("Exit status: 0 done, "), std::string::npos) << command;
