@@ -7,8 +7,10 @@ function(collage_fuzz_link executable target)
   if(target STREQUAL "config")
     target_link_libraries(${executable} PRIVATE collage_config)
   elseif(target STREQUAL "checkpoint" AND COLLAGE_FUZZ)
-    # checkpoint.cpp alone: the rest of src/checkpoint pulls in every backend.
-    target_sources(${executable} PRIVATE ${CMAKE_SOURCE_DIR}/src/checkpoint/checkpoint.cpp)
+    # checkpoint.cpp and the file helpers it reads with: the rest of src/checkpoint pulls in
+    # every backend.
+    target_sources(${executable} PRIVATE ${CMAKE_SOURCE_DIR}/src/checkpoint/checkpoint.cpp
+                                         ${CMAKE_SOURCE_DIR}/src/checkpoint/posix_file.cpp)
     target_link_libraries(${executable} PRIVATE collage_core)
   elseif(target STREQUAL "checkpoint")  # the suite's replay: the library the suite builds anyway
     target_link_libraries(${executable} PRIVATE collage_checkpoint)
