@@ -7,11 +7,11 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "checkpoint/posix_file.h"
 #include "checkpoint/safetensors_reader.h"
 #include "core/error.h"
 #include "model/hf_naming.h"
@@ -79,20 +79,12 @@ std::vector<bf16> to_bf16(const std::vector<uint8_t>& bytes, const std::string& 
   return out;
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  COLLAGE_CHECK(in.good(), "{}: cannot open", path.string());
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // Tensors transformers keeps beside the weights, which collage computes instead: causal masks,
 // position ids, rotary frequencies.
 bool is_buffer(const std::string& name) {
   for (const char* suffix : {".attn.bias", ".attn.masked_bias", ".attention.bias",
                              ".attention.masked_bias", "position_ids", "rotary_emb.inv_freq"})
-    if (name.size() >= std::strlen(suffix) &&
-        name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
-      return true;
+    if (name.ends_with(suffix)) return true;
   return false;
 }
 
@@ -106,16 +98,6 @@ bool is_tied_copy(const std::string& name, const ModelConfig& model) {
   return false;
 }
 
-// The prefix of the class's base model ("transformer." for GPT2LMHeadModel, ...), which files
-// saved from the base model lack.
-std::string base_prefix(const std::string& model_class) {
-  if (model_class == "GPT2LMHeadModel") return "transformer.";
-  if (model_class == "GPTNeoXForCausalLM") return "gpt_neox.";
-  if (model_class == "BertForPreTraining") return "bert.";
-  if (model_class == "RobertaForMaskedLM") return "roberta.";
-  return "";
-}
-
 struct Source {
   const SafetensorsReader& reader;
   std::string directory;
@@ -125,8 +107,7 @@ struct Source {
   // The file's name for `name` (with or without the base prefix); "" when it has neither.
   std::string find(const std::string& name, const std::string& prefix) const {
     if (reader.contains(name)) return name;
-    if (!prefix.empty() && name.rfind(prefix, 0) == 0 &&
-        reader.contains(name.substr(prefix.size())))
+    if (!prefix.empty() && name.starts_with(prefix) && reader.contains(name.substr(prefix.size())))
       return name.substr(prefix.size());
     return "";
   }
@@ -175,7 +156,7 @@ HfNaming read_model(const SafetensorsReader& reader, const std::string& director
   if (has_config) {
     nlohmann::json config_json;
     try {
-      config_json = nlohmann::json::parse(read_text(config_path));
+      config_json = nlohmann::json::parse(read_file(config_path.string()));
     } catch (const nlohmann::json::exception& e) {
       fail("{}: not JSON: {}", config_path.string(), e.what());
     }
@@ -252,7 +233,7 @@ HfWeights read_hf_weights(const std::string& directory, const ModelConfig* expec
       std::copy(v.begin(), v.end(), w.values.begin() + p.offset);
     }
   } else {
-    const std::string prefix = base_prefix(naming.model_class);
+    const std::string& prefix = naming.base_prefix;
     for (const HfTensor& t : naming.tensors) {
       const ParameterInfo& p = *info.at(t.name);
       const std::string name = source.find(t.hf_name, prefix);

@@ -83,4 +83,11 @@ void write_file_synced(const std::string& path, const std::string& data) {
   sync_and_close(std::move(fd), path);
 }
 
+std::string read_file(const std::string& path) {
+  const FileDescriptor fd = open_for_reading(path);
+  std::string data(file_size(fd.get(), path), '\0');
+  pread_all(fd.get(), path, data.data(), data.size(), 0);
+  return data;
+}
+
 }  // namespace collage

@@ -49,5 +49,7 @@ void sync_and_close(FileDescriptor fd, const std::string& path);
 // Writes `data` to `path` (created or truncated) and fsyncs it. Not atomic by itself: callers
 // write under a temporary name or directory and rename.
 void write_file_synced(const std::string& path, const std::string& data);
+// The whole of a (small) file: a tokenizer file, a config.json. Error naming `path`.
+std::string read_file(const std::string& path);
 
 }  // namespace collage

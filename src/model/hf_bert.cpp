@@ -17,6 +17,7 @@ HfNaming bert_hf_naming(const ModelConfig& c) {
   HfNaming n;
   n.model_class = bert ? "BertForPreTraining" : "RobertaForMaskedLM";
   n.model_type = bert ? "bert" : "roberta";
+  n.base_prefix = prefix;
   n.reason = bert ? "BERT is HF's BERT: post-LN blocks, erf GELU, the MLM head with its own "
                     "decoder bias, the pooler and the NSP classifier"
                   : "RoBERTa is HF's RoBERTa: BERT's blocks and MLM head, positions past "

@@ -41,6 +41,7 @@ HfNaming gpt2_naming(const ModelConfig& c) {
   HfNaming n;
   n.model_class = "GPT2LMHeadModel";
   n.model_type = "gpt2";
+  n.base_prefix = "transformer.";
   n.reason = fmt::format(
       "a GPT with learned positions, pre-LN blocks with biases and GELU-tanh is GPT-2 ({} "
       "embeddings{})",
@@ -103,6 +104,7 @@ HfNaming gpt_neox_naming(const ModelConfig& c) {
   HfNaming n;
   n.model_class = "GPTNeoXForCausalLM";
   n.model_type = "gpt_neox";
+  n.base_prefix = "gpt_neox.";
   n.reason = fmt::format(
       "a GPT with rope is GPT-NeoX with every head dimension rotated (rotary_pct 1, the same "
       "rotate-half pairs), a sequential residual and gelu_new ({} embeddings)",

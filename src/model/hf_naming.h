@@ -48,8 +48,11 @@ struct HfConfigKey {
 // The class that computes what a model computes, or, where none does, an empty model_class
 // and the reason (export then keeps collage's names).
 struct HfNaming {
-  std::string model_class;        // e.g. "GPT2LMHeadModel"; empty: none
-  std::string model_type;         // config.json's model_type, e.g. "gpt2"
+  std::string model_class;  // e.g. "GPT2LMHeadModel"; empty: none
+  std::string model_type;   // config.json's model_type, e.g. "gpt2"
+  // The base model's prefix ("transformer."), which a file saved from the base model (the
+  // published GPT-2) leaves out of every name.
+  std::string base_prefix;
   std::string reason;             // for the log: why this class, or why none
   std::vector<HfTensor> tensors;  // every parameter in some tensor, in the file's order
   // config.json: the keys that shape the forward (compared on import), then the ones that

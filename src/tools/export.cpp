@@ -11,12 +11,10 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
 #include <set>
-#include <sstream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_info.h"
@@ -35,15 +33,6 @@ namespace collage {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  COLLAGE_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  COLLAGE_CHECK(!in.bad(), "{}: read failed", path);
-  return text.str();
-}
 
 void fsync_directory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
