@@ -42,6 +42,8 @@ class BackendT {
   virtual std::string name() const = 0;
   // What runs the GEMMs and why ("oneDNN bf16 matmul (auto: ...)"), for the log and bench.
   virtual std::string gemm_engine() const { return ""; }
+  // What runs the optimizer's element loop and why ("AVX-512 lanes (auto: ...)"), likewise.
+  virtual std::string optimizer_engine() const { return ""; }
 
   // ---- memory ----
   // allocate: zero-filled device memory aligned to at least 256 bytes.

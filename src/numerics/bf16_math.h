@@ -30,6 +30,7 @@
 #else
 #include "numerics/bf16_fallback.h"
 #endif
+#include "numerics/isa_namespace.h"
 
 #ifdef __CUDACC__
 #define COLLAGE_HD __host__ __device__
@@ -38,6 +39,7 @@
 #endif
 
 namespace collage::math {
+inline namespace COLLAGE_ISA_NAMESPACE {
 
 using bfloat = __nv_bfloat16;
 
@@ -171,4 +173,5 @@ COLLAGE_HD inline bfloat round_stochastic(float x, uint32_t noise16) {
   return bf16_from_bits(uint16_t((u + (noise16 & 0xffffu)) >> 16));
 }
 
+}  // namespace COLLAGE_ISA_NAMESPACE
 }  // namespace collage::math

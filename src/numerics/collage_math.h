@@ -24,9 +24,11 @@
 #include <cstdint>
 
 #include "numerics/bf16_math.h"
+#include "numerics/isa_namespace.h"
 #include "numerics/mcf_math.h"
 
 namespace collage::math {
+inline namespace COLLAGE_ISA_NAMESPACE {
 
 // The fp32 scalars of one step. Each is evaluated on the host in double from the double
 // hyperparameters and rounded ONCE to fp32 (so 1−β1 for β1 = 0.9 is fp32(0.1), not
@@ -271,4 +273,5 @@ COLLAGE_HD inline auto step_fp32_master(F& master, F g, F& m, F& v, const AdamSc
   return edq_term(u, master, before);
 }
 
+}  // namespace COLLAGE_ISA_NAMESPACE
 }  // namespace collage::math

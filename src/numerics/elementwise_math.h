@@ -9,8 +9,10 @@
 #include <cstring>
 
 #include "numerics/bf16_math.h"  // COLLAGE_HD
+#include "numerics/isa_namespace.h"
 
 namespace collage::math {
+inline namespace COLLAGE_ISA_NAMESPACE {
 
 // e^x in fp32 from plain arithmetic, so that loops over it vectorize (glibc's expf does not
 // without -ffast-math). Cody-Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, then a degree-7
@@ -161,4 +163,5 @@ COLLAGE_HD inline float dropout_factor(float uniform, float p, float keep_scale)
   return uniform >= p ? keep_scale : 0.0f;
 }
 
+}  // namespace COLLAGE_ISA_NAMESPACE
 }  // namespace collage::math

@@ -24,8 +24,10 @@
 // Each function is a template over the bf16 type B: bfloat (CUDA kernel, scalar host code)
 // or Bf16Lanes (the cpu loop, 64 elements per call; bf16_lanes.h). Same lines, same bits.
 #include "numerics/bf16_math.h"
+#include "numerics/isa_namespace.h"
 
 namespace collage::math {
+inline namespace COLLAGE_ISA_NAMESPACE {
 
 // The value x + dx. B is bfloat, or Bf16Lanes (bf16_lanes.h: many values at once, host).
 template <typename B>
@@ -90,4 +92,5 @@ COLLAGE_HD inline McfOf<B> mult_reference_quirk(McfOf<B> v, bfloat bh, bfloat bl
   return {x, dx};  // δx − rn(x' − x') = δx: no renormalisation
 }
 
+}  // namespace COLLAGE_ISA_NAMESPACE
 }  // namespace collage::math

@@ -268,6 +268,7 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   r.backend = choice.name;
   r.backend_reason = choice.reason;
   r.gemm_engine = backend->gemm_engine();
+  r.optimizer_engine = backend->optimizer_engine();
   time_steps(*step, optimizer, *backend, config, options, r);
   add_rates(config, model.num_parameters(), r);
   if (choice.name == "cpu") add_sgemm_baseline(config, options, r);
@@ -286,11 +287,12 @@ std::string format_bench(const Config& config, const std::vector<BenchResult>& r
           : fmt::format(", {} labelled positions a sequence)", config.data.max_predictions);
   std::string out = fmt::format(
       "{}{} L={} C={} heads={} vocab={} (padded {}), {} threads, optimizer {}, backend {} "
-      "({})\n{}\n",
+      "({})\n{}{}\n",
       model, labelled, m.n_layer, m.hidden_size, m.n_head, m.vocab_size, m.padded_vocab(),
       config.parallel.threads > 0 ? fmt::format("{}", config.parallel.threads) : "all",
       precision_name(config.optimizer.precision), first.backend, first.backend_reason,
-      first.gemm_engine.empty() ? "" : "GEMMs: " + first.gemm_engine + "\n");
+      first.gemm_engine.empty() ? "" : "GEMMs: " + first.gemm_engine + "\n",
+      first.optimizer_engine.empty() ? "" : "Optimizer loop: " + first.optimizer_engine + "\n");
   // One column per shape: micro-batch x sequence length.
   out += fmt::format("| {:<28} |", "measure");
   for (const BenchResult& r : results)

@@ -304,6 +304,8 @@ void start_backend(Run& run) {
   run.parallel.attach_backend(*run.backend);
   spdlog::info("backend: {} ({})", run.backend->name(), choice.reason);
   if (!run.backend->gemm_engine().empty()) spdlog::info("GEMMs: {}", run.backend->gemm_engine());
+  if (!run.backend->optimizer_engine().empty())
+    spdlog::info("optimizer loop: {}", run.backend->optimizer_engine());
 }
 
 // The data, the model (its weights initialised, or --init-from's) and the optimizer, and the

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/optimizer_isa.h"
 #include "backend/cpu/storage.h"
 #include "core/error.h"
 
@@ -40,6 +41,7 @@ class CpuBackend final : public BackendT<S> {
                                                    : "oneDNN bf16 matmul";
     return fmt::format("{} ({})", engine, gemm_.reason);
   }
+  std::string optimizer_engine() const override { return cpu::optimizer_loop_description(); }
 
   void* allocate(size_t bytes) override {
     size_t rounded = (bytes + 255) / 256 * 256;

@@ -1,251 +1,102 @@
-// One optimizer step over one tensor, for every precision strategy. The per-element math is
-// src/numerics/collage_math.h (shared with the CUDA kernel, so both compute the same bits); this
-// file only checks the arguments, maps the storage to the header's types and runs the
-// elements in parallel.
-//
-// From a precision to its math: optimizer_step's switch (at the end) names the strategy, e.g.
-// CollageLightStep, whose at<B>(i) loads the elements, makes the one collage_math.h call of
-// the same name and stores them back. step_chunk is where B is chosen: kLanes elements at a
-// time, then one at a time.
-//
-// Many elements at a time: collage_math.h is a template over the bf16 type, and with the
-// Bf16Lanes of numerics/bf16_lanes.h (AVX2) one call steps kLanes (64) consecutive elements with
-// the same operations lane by lane, so the bits are those of the scalar step. The few
-// elements left over at the end of a tensor (n mod kLanes) take the scalar step. Builds
-// without AVX2/FMA (e.g. Debug, no -march) run every element through the scalar step.
-//
-// Threading and EDQ: the elements are cut into fixed chunks of kChunk (independent of the
-// thread count); OpenMP hands out chunks, each chunk sums its EDQ terms on its own, and the
-// chunk sums are added in chunk order afterwards. θ and the state are elementwise, and the
-// order in which the EDQ sums are formed depends on n only, so θ, the state and the sums
-// are bit-identical run to run and for any thread count.
-#include <algorithm>
-#include <cstdint>
-#include <type_traits>
+// The cpu backend's optimizer step: the element loop of optimizer_chunks.cpp, in the
+// compilation chosen for this CPU (optimizer_isa.h), then the EDQ's chunk sums added in chunk
+// order, so θ, the state and the sums do not depend on the thread count or the ISA.
+#include <cstdlib>
+#include <string>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/optimizer_chunks.h"
+#include "backend/cpu/optimizer_isa.h"
 #include "backend/cpu/storage.h"
-#include "numerics/collage_math.h"
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include "numerics/bf16_lanes.h"
-#include "numerics/edq_lanes.h"
-#define COLLAGE_CPU_OPTIMIZER_LANES 1
-#endif
+#include "core/error.h"
 
 namespace collage::cpu {
+
+#ifdef COLLAGE_CPU_AVX512_OPTIMIZER
+// optimizer_chunks.cpp compiled with -march=x86-64-v4 (CMakeLists.txt): the same functions,
+// in namespace avx512.
+namespace avx512 {
+void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums);
+const char* lane_isa();
+}  // namespace avx512
+#endif
+
 namespace {
 
-namespace cm = collage::math;
+OptimizerLoop baseline_loop() { return {"baseline", lane_isa(), &step_chunks}; }
 
-constexpr int64_t kChunk = 16384;
-
-// [[gnu::flatten]] (step_chunk below), except under AddressSanitizer: instrumented and
-// flattened, this file took g++ over ten minutes at -O1 (8.5 s unflattened), for speed a
-// sanitized build does not need. The bits do not depend on inlining (-ffp-contract=off).
-#ifdef __SANITIZE_ADDRESS__
-#define COLLAGE_FLATTEN
+// x86-64-v4's AVX-512 subsets, which the AVX-512 compilation may use anywhere. libgcc's
+// cpuid check also asks the OS (XGETBV) whether it saves the AVX-512 registers.
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #else
-#define COLLAGE_FLATTEN [[gnu::flatten]]
+  return false;
 #endif
-#ifdef COLLAGE_CPU_OPTIMIZER_LANES
-static_assert(kChunk % collage::math::kLanes == 0, "only a tensor's last chunk has a tail");
-#endif
-
-// The EDQ sums of one chunk.
-struct ChunkSums {
-  double dot = 0, u_squared = 0;
-  int64_t updated = 0, lost = 0;
-};
-
-// ---- element access: the storage at p as the header's types (one element or kLanes) ----
-// collage::bf16 and __nv_bfloat16 share the layout; one element goes through the bits so no
-// object is accessed through the other type.
-
-inline void load(cm::bfloat& x, const bf16* p) { x = cm::bf16_from_bits(p->bits); }
-inline void store(bf16* p, cm::bfloat x) { p->bits = cm::bf16_bits(x); }
-inline void load(float& x, const float* p) { x = *p; }
-inline void load(float& x, const bf16* p) { x = bf16_to_float(*p); }
-inline void store(float* p, float x) { *p = x; }
-inline void store(bf16* p, float x) { store(p, cm::rn(x)); }  // fp32-master: θ = rn(master)
-#ifdef COLLAGE_CPU_OPTIMIZER_LANES
-inline const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
-inline uint16_t* bits_of(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
-inline void load(cm::Bf16Lanes& x, const bf16* p) { x = cm::load_bf16_lanes(bits_of(p)); }
-inline void store(bf16* p, cm::Bf16Lanes x) { cm::store_bf16_lanes(bits_of(p), x); }
-inline void load(cm::F32Lanes& x, const float* p) { x = cm::load_f32_lanes(p); }
-inline void load(cm::F32Lanes& x, const bf16* p) {
-  x = cm::to_f32(cm::load_bf16_lanes(bits_of(p)));
 }
-inline void store(float* p, cm::F32Lanes x) { cm::store_f32_lanes(p, x); }
-inline void store(bf16* p, cm::F32Lanes x) { cm::store_bf16_lanes(bits_of(p), cm::rn(x)); }
-using Bf16Lanes = cm::Bf16Lanes;
-using F32Lanes = cm::F32Lanes;
+
+struct Choice {
+  OptimizerLoop loop;
+  std::string description;
+};
+
+Choice choose() {
+  const char* variable = std::getenv("COLLAGE_CPU_OPTIMIZER");
+  const std::string setting = variable && *variable ? variable : "auto";
+  if (setting != "auto" && setting != "avx512" && setting != "baseline") {
+    fail("COLLAGE_CPU_OPTIMIZER={}: unknown value (valid: auto, avx512, baseline)", setting);
+  }
+  const std::vector<OptimizerLoop> loops = runnable_optimizer_loops();
+  const OptimizerLoop& baseline = loops.front();
+  const std::string baseline_text =
+      baseline.isa == "none" ? std::string("scalar steps") : baseline.isa + " lanes";
+  if (setting == "baseline") {
+    return {baseline, baseline_text + " (COLLAGE_CPU_OPTIMIZER=baseline)"};
+  }
+  if (loops.size() > 1) {
+    return {loops[1], loops[1].isa + " lanes (" + setting + ": the CPU has AVX-512 F/BW/DQ/VL)"};
+  }
+  if (setting == "avx512") {
+    fail("COLLAGE_CPU_OPTIMIZER=avx512: {} (use auto or baseline)", why_no_avx512_loop());
+  }
+  return {baseline, baseline_text + " (auto: " + why_no_avx512_loop() + ")"};
+}
+
+const Choice& choice() {
+  static const Choice chosen = choose();
+  return chosen;
+}
+
+}  // namespace
+
+std::vector<OptimizerLoop> runnable_optimizer_loops() {
+  std::vector<OptimizerLoop> loops{baseline_loop()};
+#ifdef COLLAGE_CPU_AVX512_OPTIMIZER
+  if (cpu_has_avx512()) loops.push_back({"avx512", avx512::lane_isa(), &avx512::step_chunks});
+#endif
+  return loops;
+}
+
+std::string why_no_avx512_loop() {
+#ifdef COLLAGE_CPU_AVX512_OPTIMIZER
+  return cpu_has_avx512() ? "" : "the CPU lacks AVX-512 F/BW/DQ/VL";
 #else
-struct Bf16Lanes {};  // never instantiated without the lane path
-struct F32Lanes {};
+  return "this build has no AVX-512 compilation of the optimizer (not x86-64)";
 #endif
+}
 
-// ---- the strategies: at<B>(i) steps the elements from i on, one (B = cm::bfloat or float)
-// or kLanes (B = Bf16Lanes or F32Lanes), with the collage_math.h step of its name, and returns
-// their EDQ term. Lanes and One name the two element types; step_chunk below picks one. ----
+const OptimizerLoop& chosen_optimizer_loop() { return choice().loop; }
+std::string optimizer_loop_description() { return choice().description; }
 
-// θ, g, m, v: what every bf16-state strategy loads and stores back.
-struct Bf16Adam {
-  using Lanes = Bf16Lanes;
-  using One = cm::bfloat;
-  bf16* theta;
-  const bf16* grad;
-  bf16 *m, *v;
-  cm::AdamScalars s;
-
-  template <typename B>
-  void load_at(int64_t i, B& th, B& g, B& mi, B& vi) const {
-    load(th, theta + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
-  }
-  template <typename B>
-  void store_at(int64_t i, B th, B mi, B vi) const {
-    store(theta + i, th), store(m + i, mi), store(v + i, vi);
-  }
-};
-
-// bf16: state {m, v}.
-struct Bf16Step : Bf16Adam {
-  template <typename B>
-  auto at(int64_t i) const {
-    B th, g, mi, vi;
-    load_at(i, th, g, mi, vi);
-    const auto edq = cm::step_bf16(th, g, mi, vi, s);
-    store_at(i, th, mi, vi);
-    return edq;
-  }
-};
-
-// collage-light: state {m, v, δθ}.
-struct CollageLightStep : Bf16Adam {
-  bf16* dtheta;
-  template <typename B>
-  auto at(int64_t i) const {
-    B th, g, mi, vi, dth;
-    load_at(i, th, g, mi, vi), load(dth, dtheta + i);
-    const auto edq = cm::step_collage_light(th, g, mi, vi, dth, s);
-    store_at(i, th, mi, vi), store(dtheta + i, dth);
-    return edq;
-  }
-};
-
-// collage-plus: state {m, v, δθ, δv}.
-struct CollagePlusStep : Bf16Adam {
-  bf16 *dtheta, *dv;
-  bool reference_quirk;
-  template <typename B>
-  auto at(int64_t i) const {
-    B th, g, mi, vi, dth, dvi;
-    load_at(i, th, g, mi, vi), load(dth, dtheta + i), load(dvi, dv + i);
-    const auto edq = cm::step_collage_plus(th, g, mi, vi, dth, dvi, s, reference_quirk);
-    store_at(i, th, mi, vi), store(dtheta + i, dth), store(dv + i, dvi);
-    return edq;
-  }
-};
-
-// kahan: state {m, v, c}.
-struct KahanStep : Bf16Adam {
-  bf16* compensation;
-  template <typename B>
-  auto at(int64_t i) const {
-    B th, g, mi, vi, c;
-    load_at(i, th, g, mi, vi), load(c, compensation + i);
-    const auto edq = cm::step_kahan(th, g, mi, vi, c, s);
-    store_at(i, th, mi, vi), store(compensation + i, c);
-    return edq;
-  }
-};
-
-// stochastic: state {m, v}; element i's rounding noise comes from (seed, t, offset + i).
-struct StochasticStep : Bf16Adam {
-  uint64_t seed;
-  int64_t t, offset;
-  template <typename B>
-  auto at(int64_t i) const {
-    B th, g, mi, vi;
-    load_at(i, th, g, mi, vi);
-    auto edq = [&] {
-#ifdef COLLAGE_CPU_OPTIMIZER_LANES
-      if constexpr (!std::is_same_v<B, cm::bfloat>) {
-        return cm::step_stochastic(th, g, mi, vi, s, seed, t, cm::LaneIndices{offset + i});
-      } else
-#endif
-      {
-        return cm::step_stochastic(th, g, mi, vi, s, seed, t, offset + i);
-      }
-    }();
-    store_at(i, th, mi, vi);
-    return edq;
-  }
-};
-
-// fp32-master: state {master, m, v} fp32; the weights are rn(master) (bf16 storage) or the
-// master itself (fp32 storage).
 template <typename S>
-struct Fp32MasterStep {
-  using Lanes = F32Lanes;
-  using One = float;
-  S* param;
-  const S* grad;
-  float *master, *m, *v;
-  cm::AdamScalars s;
-  template <typename F>
-  auto at(int64_t i) const {
-    F w, g, mi, vi;
-    load(w, master + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
-    const auto edq = cm::step_fp32_master(w, g, mi, vi, s);
-    store(master + i, w), store(m + i, mi), store(v + i, vi), store(param + i, w);
-    return edq;
-  }
-};
-
-// ---- the element loop ----
-
-// One chunk [begin, end): kLanes elements at a time while kLanes remain (the lane path, AVX2),
-// then the rest one at a time, the bits the same either way. The EDQ terms are summed in a
-// fixed order for a given chunk: the lane vectors first (kLanes lane sums, combined in lane
-// order), then the tail. flatten: the strategy's whole step is inlined into these loops (GCC
-// leaves mult and grow as calls otherwise, and the lane vectors would travel through memory).
-template <typename Strategy>
-COLLAGE_FLATTEN ChunkSums step_chunk(const Strategy& strategy, int64_t begin, int64_t end) {
-  ChunkSums sums;
-  int64_t i = begin;
-#ifdef COLLAGE_CPU_OPTIMIZER_LANES
-  cm::EdqLanesAccumulator lanes;
-  for (; i + cm::kLanes <= end; i += cm::kLanes)
-    lanes.add(strategy.template at<typename Strategy::Lanes>(i));
-  sums.dot = lanes.dot_total(), sums.u_squared = lanes.u_squared_total();
-  sums.updated = lanes.updated, sums.lost = lanes.lost;
-#endif
-  cm::EdqAccumulator tail;
-  for (; i < end; i++) tail.add(strategy.template at<typename Strategy::One>(i));
-  sums.dot += tail.dot, sums.u_squared += tail.u_squared;
-  sums.updated += tail.updated, sums.lost += tail.lost;
-  return sums;
-}
-
-// Steps elements [0, n) in chunks of kChunk, which the threads share, and adds the EDQ sums to
-// *edq: the chunks' sums (cx.partial_sums, 4 doubles per chunk: dot, u², #updated, #lost,
-// counts exact in double far beyond any tensor size) are added in chunk order.
-template <typename Strategy>
-void step_elements(CpuContext& cx, int64_t n, EdqSums* edq, const Strategy& strategy) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
+  const int64_t chunks = (step.n + kOptimizerChunk - 1) / kOptimizerChunk;
   cx.partial_sums.assign(size_t(4 * chunks), 0.0);
-  double* partial = cx.partial_sums.data();
-#pragma omp parallel for schedule(static) num_threads(cx.threads) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; c++) {
-    const ChunkSums sums = step_chunk(strategy, c * kChunk, std::min(n, (c + 1) * kChunk));
-    partial[4 * c + 0] = sums.dot;
-    partial[4 * c + 1] = sums.u_squared;
-    partial[4 * c + 2] = double(sums.updated);
-    partial[4 * c + 3] = double(sums.lost);
-  }
-  if (!edq) return;
+  chosen_optimizer_loop().step_chunks(step, is_fp32_storage<S>, cx.threads, cx.partial_sums.data());
+  if (!step.edq) return;
+  const double* partial = cx.partial_sums.data();
   EdqSums total;
   for (int64_t c = 0; c < chunks; c++) {
     total.dot += partial[4 * c + 0];
@@ -253,51 +104,7 @@ void step_elements(CpuContext& cx, int64_t n, EdqSums* edq, const Strategy& stra
     total.updated += int64_t(partial[4 * c + 2]);
     total.lost += int64_t(partial[4 * c + 3]);
   }
-  *edq += total;
-}
-
-template <typename T>
-T* state(const OptimizerStep& step, int index) {
-  return static_cast<T*>(step.state[index]);
-}
-
-}  // namespace
-
-// The precision picks the strategy; step_chunk runs its at<B>(i) over the elements.
-template <typename S>
-void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
-  const cm::AdamScalars s =
-      cm::make_adam_scalars(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.t,
-                            step.adam_order == AdamOrder::hf);
-  const int64_t n = step.n;
-  S* param = static_cast<S*>(step.param);
-  const S* grad = static_cast<const S*>(step.grad);
-  if (step.precision == Precision::fp32_master) {
-    const Fp32MasterStep<S> master{
-        param, grad, state<float>(step, 0), state<float>(step, 1), state<float>(step, 2), s};
-    return step_elements(cx, n, step.edq, master);
-  }
-  if constexpr (!is_fp32_storage<S>) {
-    const Bf16Adam adam{param, grad, state<bf16>(step, 0), state<bf16>(step, 1), s};
-    switch (step.precision) {
-      case Precision::bf16:
-        return step_elements(cx, n, step.edq, Bf16Step{adam});
-      case Precision::collage_light:
-        return step_elements(cx, n, step.edq, CollageLightStep{adam, state<bf16>(step, 2)});
-      case Precision::collage_plus:
-        return step_elements(cx, n, step.edq,
-                             CollagePlusStep{adam, state<bf16>(step, 2), state<bf16>(step, 3),
-                                             step.collage_plus_reference_quirk});
-      case Precision::kahan:
-        return step_elements(cx, n, step.edq, KahanStep{adam, state<bf16>(step, 2)});
-      case Precision::stochastic:
-        return step_elements(
-            cx, n, step.edq,
-            StochasticStep{adam, step.rounding_seed, step.t, step.rounding_offset});
-      case Precision::fp32_master:
-        break;  // above
-    }
-  }
+  *step.edq += total;
 }
 
 template void optimizer_step<bf16>(CpuContext&, const OptimizerStep&);

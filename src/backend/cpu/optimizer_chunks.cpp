@@ -1,0 +1,318 @@
+// The cpu optimizer's element loop: one optimizer step over the elements of one tensor, for
+// every precision strategy. The per-element math is src/numerics/collage_math.h (shared with
+// the CUDA kernel, so both compute the same bits); this file maps the storage to the header's
+// types and runs the elements in parallel. optimizer.cpp checks nothing more and picks the
+// compilation of this file that runs (below).
+//
+// From a precision to its math: step_chunks's switch (at the end) names the strategy, e.g.
+// CollageLightStep, whose at<B>(i) loads the elements, makes the one collage_math.h call of
+// the same name and stores them back. step_chunk is where B is chosen: kLanes elements at a
+// time, then one at a time.
+//
+// Many elements at a time: collage_math.h is a template over the bf16 type B, and with the
+// Bf16Lanes of numerics/bf16_lanes.h one call steps kLanes (64) consecutive elements with the
+// same operations lane by lane, so the bits are those of the scalar step. The few elements
+// left over at the end of a tensor (n mod kLanes) take the scalar step. Builds without
+// AVX2/FMA (e.g. Debug, no -march) run every element through the scalar step.
+//
+// One source, two compilations (docs/ARCHITECTURE.md, "The cpu optimizer"): with the build's
+// flags (AVX2 in Release: -march=x86-64-v3), and on x86-64 once more with -march=x86-64-v4 and
+// COLLAGE_ISA_NAMESPACE=avx512, where the lane vectors are AVX-512 registers (16 lanes each,
+// numerics/lane_registers.h). Everything here is in namespace collage::cpu::<that namespace>,
+// and the file uses nothing but the numerics headers (themselves in it), so no inline function
+// compiled for AVX-512 can stand in for a baseline one (numerics/isa_namespace.h). Both
+// compilations give the same bits: the same operations per lane, and the EDQ lane sums of the
+// same 64 lanes added in the same order.
+//
+// Threading and EDQ: the elements are cut into fixed chunks of kOptimizerChunk (independent
+// of the thread count); OpenMP hands out chunks, each chunk sums its EDQ terms on its own, and
+// optimizer.cpp adds the chunk sums in chunk order afterwards. θ and the state are
+// elementwise, and the order in which the EDQ sums are formed depends on n only, so θ, the
+// state and the sums are bit-identical run to run, for any thread count and either ISA.
+#include "backend/cpu/optimizer_chunks.h"
+
+#include <cstdint>
+#include <type_traits>
+
+#include "numerics/collage_math.h"
+#include "numerics/isa_namespace.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include "numerics/bf16_lanes.h"
+#include "numerics/edq_lanes.h"
+#define COLLAGE_CPU_OPTIMIZER_LANES 1
+#endif
+
+namespace collage::cpu {
+inline namespace COLLAGE_ISA_NAMESPACE {
+namespace {
+
+namespace cm = collage::math;
+
+// [[gnu::flatten]] (step_chunk below), except under AddressSanitizer: instrumented and
+// flattened, this file took g++ over ten minutes at -O1 (8.5 s unflattened), for speed a
+// sanitized build does not need. The bits do not depend on inlining (-ffp-contract=off).
+#ifdef __SANITIZE_ADDRESS__
+#define COLLAGE_FLATTEN
+#else
+#define COLLAGE_FLATTEN [[gnu::flatten]]
+#endif
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+static_assert(kOptimizerChunk % cm::kLanes == 0, "only a tensor's last chunk has a tail");
+#endif
+
+// The EDQ sums of one chunk.
+struct ChunkSums {
+  double dot = 0, u_squared = 0;
+  int64_t updated = 0, lost = 0;
+};
+
+// ---- element access: the storage at p as the header's types (one element or kLanes) ----
+// collage::bf16 and __nv_bfloat16 share the layout; one element goes through the bits so no
+// object is accessed through the other type. Only the numerics headers' functions are used
+// (not numerics/bf16.h's or backend/cpu/storage.h's), for the reason at the top.
+
+inline void load(cm::bfloat& x, const bf16* p) { x = cm::bf16_from_bits(p->bits); }
+inline void store(bf16* p, cm::bfloat x) { p->bits = cm::bf16_bits(x); }
+inline void load(float& x, const float* p) { x = *p; }
+inline void load(float& x, const bf16* p) { x = cm::to_f32(cm::bf16_from_bits(p->bits)); }
+inline void store(float* p, float x) { *p = x; }
+inline void store(bf16* p, float x) { store(p, cm::rn(x)); }  // fp32-master: θ = rn(master)
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+inline const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+inline uint16_t* bits_of(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
+inline void load(cm::Bf16Lanes& x, const bf16* p) { x = cm::load_bf16_lanes(bits_of(p)); }
+inline void store(bf16* p, cm::Bf16Lanes x) { cm::store_bf16_lanes(bits_of(p), x); }
+inline void load(cm::F32Lanes& x, const float* p) { x = cm::load_f32_lanes(p); }
+inline void load(cm::F32Lanes& x, const bf16* p) {
+  x = cm::to_f32(cm::load_bf16_lanes(bits_of(p)));
+}
+inline void store(float* p, cm::F32Lanes x) { cm::store_f32_lanes(p, x); }
+inline void store(bf16* p, cm::F32Lanes x) { cm::store_bf16_lanes(bits_of(p), cm::rn(x)); }
+using Bf16Lanes = cm::Bf16Lanes;
+using F32Lanes = cm::F32Lanes;
+#else
+struct Bf16Lanes {};  // never instantiated without the lane path
+struct F32Lanes {};
+#endif
+
+// ---- the strategies: at<B>(i) steps the elements from i on, one (B = cm::bfloat or float)
+// or kLanes (B = Bf16Lanes or F32Lanes), with the collage_math.h step of its name, and returns
+// their EDQ term. Lanes and One name the two element types; step_chunk below picks one. ----
+
+// θ, g, m, v: what every bf16-state strategy loads and stores back.
+struct Bf16Adam {
+  using Lanes = Bf16Lanes;
+  using One = cm::bfloat;
+  bf16* theta;
+  const bf16* grad;
+  bf16 *m, *v;
+  cm::AdamScalars s;
+
+  template <typename B>
+  void load_at(int64_t i, B& th, B& g, B& mi, B& vi) const {
+    load(th, theta + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
+  }
+  template <typename B>
+  void store_at(int64_t i, B th, B mi, B vi) const {
+    store(theta + i, th), store(m + i, mi), store(v + i, vi);
+  }
+};
+
+// bf16: state {m, v}.
+struct Bf16Step : Bf16Adam {
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi;
+    load_at(i, th, g, mi, vi);
+    const auto edq = cm::step_bf16(th, g, mi, vi, s);
+    store_at(i, th, mi, vi);
+    return edq;
+  }
+};
+
+// collage-light: state {m, v, δθ}.
+struct CollageLightStep : Bf16Adam {
+  bf16* dtheta;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi, dth;
+    load_at(i, th, g, mi, vi), load(dth, dtheta + i);
+    const auto edq = cm::step_collage_light(th, g, mi, vi, dth, s);
+    store_at(i, th, mi, vi), store(dtheta + i, dth);
+    return edq;
+  }
+};
+
+// collage-plus: state {m, v, δθ, δv}.
+struct CollagePlusStep : Bf16Adam {
+  bf16 *dtheta, *dv;
+  bool reference_quirk;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi, dth, dvi;
+    load_at(i, th, g, mi, vi), load(dth, dtheta + i), load(dvi, dv + i);
+    const auto edq = cm::step_collage_plus(th, g, mi, vi, dth, dvi, s, reference_quirk);
+    store_at(i, th, mi, vi), store(dtheta + i, dth), store(dv + i, dvi);
+    return edq;
+  }
+};
+
+// kahan: state {m, v, c}.
+struct KahanStep : Bf16Adam {
+  bf16* compensation;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi, c;
+    load_at(i, th, g, mi, vi), load(c, compensation + i);
+    const auto edq = cm::step_kahan(th, g, mi, vi, c, s);
+    store_at(i, th, mi, vi), store(compensation + i, c);
+    return edq;
+  }
+};
+
+// stochastic: state {m, v}; element i's rounding noise comes from (seed, t, offset + i).
+struct StochasticStep : Bf16Adam {
+  uint64_t seed;
+  int64_t t, offset;
+  template <typename B>
+  auto at(int64_t i) const {
+    B th, g, mi, vi;
+    load_at(i, th, g, mi, vi);
+    auto edq = [&] {
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+      if constexpr (!std::is_same_v<B, cm::bfloat>) {
+        return cm::step_stochastic(th, g, mi, vi, s, seed, t, cm::LaneIndices{offset + i});
+      } else
+#endif
+      {
+        return cm::step_stochastic(th, g, mi, vi, s, seed, t, offset + i);
+      }
+    }();
+    store_at(i, th, mi, vi);
+    return edq;
+  }
+};
+
+// fp32-master: state {master, m, v} fp32; the weights are rn(master) (bf16 storage) or the
+// master itself (fp32 storage).
+template <typename S>
+struct Fp32MasterStep {
+  using Lanes = F32Lanes;
+  using One = float;
+  S* param;
+  const S* grad;
+  float *master, *m, *v;
+  cm::AdamScalars s;
+  template <typename F>
+  auto at(int64_t i) const {
+    F w, g, mi, vi;
+    load(w, master + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
+    const auto edq = cm::step_fp32_master(w, g, mi, vi, s);
+    store(master + i, w), store(m + i, mi), store(v + i, vi), store(param + i, w);
+    return edq;
+  }
+};
+
+// ---- the element loop ----
+
+// One chunk [begin, end): kLanes elements at a time while kLanes remain (the lane path),
+// then the rest one at a time, the bits the same either way. The EDQ terms are summed in a
+// fixed order for a given chunk: the lane vectors first (kLanes lane sums, combined in lane
+// order), then the tail. flatten: the strategy's whole step is inlined into these loops (GCC
+// leaves mult and grow as calls otherwise, and the lane vectors would travel through memory).
+template <typename Strategy>
+COLLAGE_FLATTEN ChunkSums step_chunk(const Strategy& strategy, int64_t begin, int64_t end) {
+  ChunkSums sums;
+  int64_t i = begin;
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  cm::EdqLanesAccumulator lanes;
+  for (; i + cm::kLanes <= end; i += cm::kLanes)
+    lanes.add(strategy.template at<typename Strategy::Lanes>(i));
+  sums.dot = lanes.dot_total(), sums.u_squared = lanes.u_squared_total();
+  sums.updated = lanes.updated, sums.lost = lanes.lost;
+#endif
+  cm::EdqAccumulator tail;
+  for (; i < end; i++) tail.add(strategy.template at<typename Strategy::One>(i));
+  sums.dot += tail.dot, sums.u_squared += tail.u_squared;
+  sums.updated += tail.updated, sums.lost += tail.lost;
+  return sums;
+}
+
+// Steps elements [0, n) in chunks of kOptimizerChunk, which the threads share, and writes
+// each chunk's EDQ sums to partial_sums (4 doubles per chunk: dot, u², #updated, #lost, counts
+// exact in double far beyond any tensor size).
+template <typename Strategy>
+void step_elements(int64_t n, int threads, double* partial_sums, const Strategy& strategy) {
+  const int64_t chunks = (n + kOptimizerChunk - 1) / kOptimizerChunk;
+#pragma omp parallel for schedule(static) num_threads(threads) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t end = (c + 1) * kOptimizerChunk < n ? (c + 1) * kOptimizerChunk : n;
+    const ChunkSums sums = step_chunk(strategy, c * kOptimizerChunk, end);
+    partial_sums[4 * c + 0] = sums.dot;
+    partial_sums[4 * c + 1] = sums.u_squared;
+    partial_sums[4 * c + 2] = double(sums.updated);
+    partial_sums[4 * c + 3] = double(sums.lost);
+  }
+}
+
+template <typename T>
+T* state(const OptimizerStep& step, int index) {
+  return static_cast<T*>(step.state[index]);
+}
+
+// The precision picks the strategy; step_chunk runs its at<B>(i) over the elements.
+template <typename S>
+void step_storage(const OptimizerStep& step, int threads, double* partial_sums) {
+  const cm::AdamScalars s =
+      cm::make_adam_scalars(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.t,
+                            step.adam_order == AdamOrder::hf);
+  const int64_t n = step.n;
+  S* param = static_cast<S*>(step.param);
+  const S* grad = static_cast<const S*>(step.grad);
+  if (step.precision == Precision::fp32_master) {
+    const Fp32MasterStep<S> master{
+        param, grad, state<float>(step, 0), state<float>(step, 1), state<float>(step, 2), s};
+    return step_elements(n, threads, partial_sums, master);
+  }
+  if constexpr (!std::is_same_v<S, float>) {
+    const Bf16Adam adam{param, grad, state<bf16>(step, 0), state<bf16>(step, 1), s};
+    switch (step.precision) {
+      case Precision::bf16:
+        return step_elements(n, threads, partial_sums, Bf16Step{adam});
+      case Precision::collage_light:
+        return step_elements(n, threads, partial_sums,
+                             CollageLightStep{adam, state<bf16>(step, 2)});
+      case Precision::collage_plus:
+        return step_elements(n, threads, partial_sums,
+                             CollagePlusStep{adam, state<bf16>(step, 2), state<bf16>(step, 3),
+                                             step.collage_plus_reference_quirk});
+      case Precision::kahan:
+        return step_elements(n, threads, partial_sums, KahanStep{adam, state<bf16>(step, 2)});
+      case Precision::stochastic:
+        return step_elements(
+            n, threads, partial_sums,
+            StochasticStep{adam, step.rounding_seed, step.t, step.rounding_offset});
+      case Precision::fp32_master:
+        break;  // above
+    }
+  }
+}
+
+}  // namespace
+
+void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums) {
+  if (fp32_storage) return step_storage<float>(step, threads, partial_sums);
+  step_storage<bf16>(step, threads, partial_sums);
+}
+
+const char* lane_isa() {
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  return cm::reg::kIsa;
+#else
+  return "none";
+#endif
+}
+
+}  // namespace COLLAGE_ISA_NAMESPACE
+}  // namespace collage::cpu

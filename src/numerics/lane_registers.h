@@ -1,0 +1,217 @@
+#pragma once
+// One vector register of the cpu optimizer's lane vectors (bf16_lanes.h, edq_lanes.h), as the
+// few operations those headers need: AVX2 (8 fp32 lanes) or AVX-512 (16), whichever the
+// translation unit is compiled for. Everything above this file is written once for both; each
+// function here has the same lane-wise result on either ISA, and bf16_lanes.h's comments say
+// which scalar function of bf16_math.h each one twins.
+//
+// AVX-512 means x86-64-v4 (AVX512F, BW, DQ, VL): 64-bit integer multiplies (DQ) for the
+// stochastic-rounding hash, 16-bit packing (BW), mask registers for selects.
+#if !(defined(__AVX2__) && defined(__FMA__))
+#error "lane_registers.h needs AVX2 and FMA (-march=x86-64-v3 or above)"
+#endif
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "numerics/isa_namespace.h"
+
+namespace collage::math {
+inline namespace COLLAGE_ISA_NAMESPACE {
+namespace reg {
+
+// The splitmix64 constants of bf16_math.h's mix64.
+constexpr uint64_t kMix1 = 0xbf58476d1ce4e5b9ull, kMix2 = 0x94d049bb133111ebull;
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+
+constexpr const char* kIsa = "AVX-512";
+constexpr int kWidth = 16;  // fp32 lanes per register
+using F32 = __m512;
+using I32 = __m512i;
+using F64 = __m512d;  // kWidth / 2 doubles: one half of an F32, widened
+
+inline F32 broadcast(float x) { return _mm512_set1_ps(x); }
+inline F32 add(F32 a, F32 b) { return _mm512_add_ps(a, b); }
+inline F32 sub(F32 a, F32 b) { return _mm512_sub_ps(a, b); }
+inline F32 mul(F32 a, F32 b) { return _mm512_mul_ps(a, b); }
+inline F32 div(F32 a, F32 b) { return _mm512_div_ps(a, b); }
+inline F32 sqrt(F32 a) { return _mm512_sqrt_ps(a); }
+inline F32 fma(F32 a, F32 b, F32 c) { return _mm512_fmadd_ps(a, b, c); }
+inline F32 negate(F32 a) {  // flips the sign bit, NaN included
+  return _mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int(0x80000000u))));
+}
+
+// kWidth bf16 at p (no alignment needed) as the fp32 of the same value, and back: x must hold
+// bf16 values (low 16 bits zero).
+inline F32 load_bf16(const uint16_t* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+inline void store_bf16(uint16_t* p, F32 x) {
+  const __m512i high = _mm512_srli_epi32(_mm512_castps_si512(x), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(high));
+}
+inline F32 load_f32(const float* p) { return _mm512_loadu_ps(p); }
+inline void store_f32(float* p, F32 x) { _mm512_storeu_ps(p, x); }
+
+// rn of bf16_math.h: the carry trick on the bits; NaN lanes -> 0x7fff, merged by mask into the
+// final `and` (one instruction fewer than AVX2's compare and blend).
+inline F32 rn(F32 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lowest_kept = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i carried =
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lowest_kept);
+  const __mmask16 number = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
+  return _mm512_castsi512_ps(_mm512_mask_and_epi32(_mm512_set1_epi32(0x7fff0000), number, carried,
+                                                   _mm512_set1_epi32(int(0xffff0000u))));
+}
+
+// Lane i: mix64(base + i) >> 48, the last round of rounding_noise16 (bf16_math.h).
+inline I32 noise16(uint64_t base) {
+  auto mix64 = [](__m512i z) {
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
+                           _mm512_set1_epi64(int64_t(kMix1)));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
+                           _mm512_set1_epi64(int64_t(kMix2)));
+    return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+  };
+  const __m512i first = _mm512_set1_epi64(int64_t(base));
+  const __m512i h0 = mix64(_mm512_add_epi64(first, _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)));
+  const __m512i h1 =
+      mix64(_mm512_add_epi64(first, _mm512_setr_epi64(8, 9, 10, 11, 12, 13, 14, 15)));
+  // h >> 48 fits 32 bits: keep the low half of each 64-bit lane.
+  const __m256i n0 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(h0, 48));
+  const __m256i n1 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(h1, 48));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(n0), n1, 1);
+}
+
+// round_stochastic of bf16_math.h: add the noise to the bits and truncate; ±inf and NaN lanes
+// take rn(x).
+inline F32 round_stochastic(F32 x, I32 noise16) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i exponent_bits = _mm512_set1_epi32(0x7f800000);
+  const __m512i noise = _mm512_and_si512(noise16, _mm512_set1_epi32(0xffff));
+  const __m512i truncated =
+      _mm512_and_si512(_mm512_add_epi32(u, noise), _mm512_set1_epi32(int(0xffff0000u)));
+  const __mmask16 special =
+      _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent_bits), exponent_bits);
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(truncated, special, _mm512_castps_si512(rn(x))));
+}
+
+// EDQ: half 0 or 1 of x (lanes 0..7, 8..15) widened to double, exactly.
+inline F64 widen_half(F32 x, int half) {
+  return _mm512_cvtps_pd(half ? _mm512_extractf32x8_ps(x, 1) : _mm512_castps512_ps256(x));
+}
+inline F64 zero_f64() { return _mm512_setzero_pd(); }
+inline F64 add(F64 a, F64 b) { return _mm512_add_pd(a, b); }
+inline F64 sub(F64 a, F64 b) { return _mm512_sub_pd(a, b); }
+inline F64 mul(F64 a, F64 b) { return _mm512_mul_pd(a, b); }
+inline void store_f64(double* p, F64 x) { _mm512_storeu_pd(p, x); }
+// Bit i set where lane i is ≠ 0 (NaN included) / == 0 (±0; NaN not).
+inline unsigned nonzero_bits(F32 x) {
+  return _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+}
+inline unsigned zero_bits(F64 x) { return _mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ); }
+
+#else  // AVX2 + FMA
+
+constexpr const char* kIsa = "AVX2";
+constexpr int kWidth = 8;
+using F32 = __m256;
+using I32 = __m256i;
+using F64 = __m256d;
+
+inline F32 broadcast(float x) { return _mm256_set1_ps(x); }
+inline F32 add(F32 a, F32 b) { return _mm256_add_ps(a, b); }
+inline F32 sub(F32 a, F32 b) { return _mm256_sub_ps(a, b); }
+inline F32 mul(F32 a, F32 b) { return _mm256_mul_ps(a, b); }
+inline F32 div(F32 a, F32 b) { return _mm256_div_ps(a, b); }
+inline F32 sqrt(F32 a) { return _mm256_sqrt_ps(a); }
+inline F32 fma(F32 a, F32 b, F32 c) { return _mm256_fmadd_ps(a, b, c); }
+inline F32 negate(F32 a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+
+inline F32 load_bf16(const uint16_t* p) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+inline void store_bf16(uint16_t* p, F32 x) {
+  const __m256i high = _mm256_srli_epi32(_mm256_castps_si256(x), 16);  // ≤ 0xffff
+  const __m128i bits =
+      _mm_packus_epi32(_mm256_castsi256_si128(high), _mm256_extracti128_si256(high, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits);
+}
+inline F32 load_f32(const float* p) { return _mm256_loadu_ps(p); }
+inline void store_f32(float* p, F32 x) { _mm256_storeu_ps(p, x); }
+
+// rn: the carry trick; NaN -> 0x7fff as a select on an unordered compare.
+inline F32 rn(F32 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lowest_kept = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i carried =
+      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lowest_kept);
+  const __m256 rounded =
+      _mm256_castsi256_ps(_mm256_and_si256(carried, _mm256_set1_epi32(int(0xffff0000u))));
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);  // all ones in NaN lanes
+  return _mm256_blendv_ps(rounded, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff0000)), nan);
+}
+
+// AVX2 has no 64-bit multiply: with a = ah·2^32 + al, b = bh·2^32 + bl,
+// a·b mod 2^64 = al·bl + ((ah·bl + al·bh) mod 2^32)·2^32.
+inline __m256i mul64(__m256i a, uint64_t b) {
+  const __m256i b_lo = _mm256_set1_epi64x(int64_t(b & 0xffffffffu));
+  const __m256i b_hi = _mm256_set1_epi64x(int64_t(b >> 32));
+  const __m256i low = _mm256_mul_epu32(a, b_lo);  // al·bl, all 64 bits
+  const __m256i cross =
+      _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b_lo), _mm256_mul_epu32(a, b_hi));
+  return _mm256_add_epi64(low, _mm256_slli_epi64(cross, 32));
+}
+
+inline I32 noise16(uint64_t base) {
+  auto mix64 = [](__m256i z) {
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), kMix1);
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kMix2);
+    return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+  };
+  const __m256i first = _mm256_set1_epi64x(int64_t(base));
+  const __m256i h0 = mix64(_mm256_add_epi64(first, _mm256_setr_epi64x(0, 1, 2, 3)));
+  const __m256i h1 = mix64(_mm256_add_epi64(first, _mm256_setr_epi64x(4, 5, 6, 7)));
+  // h >> 48 fits 32 bits: gather the low 32 bits of the four 64-bit lanes of each half.
+  const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const __m256i n0 = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(h0, 48), low_dwords);
+  const __m256i n1 = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(h1, 48), low_dwords);
+  return _mm256_inserti128_si256(n0, _mm256_castsi256_si128(n1), 1);
+}
+
+inline F32 round_stochastic(F32 x, I32 noise16) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i exponent_bits = _mm256_set1_epi32(0x7f800000);
+  const __m256i noise = _mm256_and_si256(noise16, _mm256_set1_epi32(0xffff));
+  const __m256i truncated =
+      _mm256_and_si256(_mm256_add_epi32(u, noise), _mm256_set1_epi32(int(0xffff0000u)));
+  const __m256i special =
+      _mm256_cmpeq_epi32(_mm256_and_si256(u, exponent_bits), exponent_bits);  // inf, NaN
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(truncated, _mm256_castps_si256(rn(x)), special));
+}
+
+inline F64 widen_half(F32 x, int half) {
+  return _mm256_cvtps_pd(half ? _mm256_extractf128_ps(x, 1) : _mm256_castps256_ps128(x));
+}
+inline F64 zero_f64() { return _mm256_setzero_pd(); }
+inline F64 add(F64 a, F64 b) { return _mm256_add_pd(a, b); }
+inline F64 sub(F64 a, F64 b) { return _mm256_sub_pd(a, b); }
+inline F64 mul(F64 a, F64 b) { return _mm256_mul_pd(a, b); }
+inline void store_f64(double* p, F64 x) { _mm256_storeu_pd(p, x); }
+inline unsigned nonzero_bits(F32 x) {
+  return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ)));
+}
+inline unsigned zero_bits(F64 x) {
+  return unsigned(_mm256_movemask_pd(_mm256_cmp_pd(x, _mm256_setzero_pd(), _CMP_EQ_OQ)));
+}
+
+#endif
+
+}  // namespace reg
+}  // namespace COLLAGE_ISA_NAMESPACE
+}  // namespace collage::math
