@@ -1,6 +1,7 @@
-// `collage bench`: one column per --shapes entry, the GEMM engine named, the optimizer's bytes
-// and rate, and shapes that cannot run refused with the value named; encoders timed on a
-// synthetic masked-LM batch; --profile's op families adding up to the step's launches.
+// `collage bench`: one column per --shapes entry, the GEMM engine and the optimizer loop named
+// (COLLAGE_CPU_OPTIMIZER checked), the optimizer's bytes and rate, and shapes that cannot run
+// refused with the value named; encoders timed on a synthetic masked-LM batch; --profile's op
+// families adding up to the step's launches.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -24,6 +25,23 @@ TEST(BenchCli, TimesEachShapeInAColumnAndNamesTheGemmEngine) {
   EXPECT_NE(bench.output.find("GEMMs: "), std::string::npos) << bench.output;
   for (const char* row : {"| optimizer GB moved", "| optimizer GB/s", "| tokens/s", "| MFU"})
     EXPECT_NE(bench.output.find(row), std::string::npos) << row << "\n" << bench.output;
+}
+
+TEST(BenchCli, NamesTheOptimizerLoopAndRefusesAnUnknownOne) {
+  const std::string bench = "bench " + kTiny + " --steps 1 --warmup 0";
+  const CommandResult chosen = run_collage(bench);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("Optimizer loop: "), std::string::npos) << chosen.output;
+  const CommandResult baseline = run_collage(bench, "COLLAGE_CPU_OPTIMIZER=baseline");
+  ASSERT_EQ(baseline.exit_code, 0) << baseline.output;
+  EXPECT_NE(baseline.output.find("(COLLAGE_CPU_OPTIMIZER=baseline)"), std::string::npos)
+      << baseline.output;
+  const CommandResult unknown = run_collage(bench, "COLLAGE_CPU_OPTIMIZER=sse");
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+  EXPECT_NE(unknown.output.find("COLLAGE_CPU_OPTIMIZER=sse: unknown value (valid: auto, avx512, "
+                                "baseline)"),
+            std::string::npos)
+      << unknown.output;
 }
 
 TEST(BenchCli, BadShapesAreRefusedNamingThem) {

@@ -11,9 +11,11 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-inline CommandResult run_collage(const std::string& args) {
-  const std::string command =
-      "cd '" COLLAGE_SOURCE_DIR "' && '" COLLAGE_BINARY "' " + args + " 2>&1";
+// environment: assignments to set for the run only, e.g. "COLLAGE_CPU_OPTIMIZER=baseline".
+inline CommandResult run_collage(const std::string& args, const std::string& environment = "") {
+  const std::string command = "cd '" COLLAGE_SOURCE_DIR "' && " +
+                              (environment.empty() ? "" : "env " + environment + " ") +
+                              "'" COLLAGE_BINARY "' " + args + " 2>&1";
   CommandResult run;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return run;
