@@ -4,9 +4,12 @@
 // (seed, offset), so the dropped-out attention is a smooth function of qkv); and p = 0 against
 // the plain attention ops, bit for bit.
 //
-// Tolerances as tests/backend/attention_test.cpp: lse 1e-5; out one rounding plus 1e-5·max|v|
-// (the weights Z sum to at most 1/(1 - p) instead of 1); dqkv one rounding plus 1e-5 of each
-// entry's Σ|terms|.
+// On each of the cpu attention's engines (attention_reference.h); the oneDNN engine rounds
+// Z = P∘F (not P) to bf16 as the left factor of Z·v and Zᵀ·dout, as the tensor-core kernels do.
+// Tolerances as tests/backend/attention_test.cpp (AttentionInputs::expect_matches): lse 1e-5;
+// out one rounding plus 1e-5·max|v| (the weights Z sum to at most 1/(1 - p) instead of 1); dqkv
+// one rounding plus 1e-5 of each entry's Σ|terms|; for the oneDNN engine plus 2^-8 of the
+// Σ|terms| its rounded left factors carry, and D's share.
 #include <limits>
 #include <tuple>
 
@@ -22,13 +25,18 @@ const AttentionCase kCases[] = {{2, 5, 2, 6, true, false},
                                 {1, 70, 2, 4, true, true},  // two query blocks of the cpu kernel
                                 {1, 70, 1, 4, false, false}};
 
-template <typename S>
-class AttentionDropoutTest : public ::testing::Test {};
-TYPED_TEST_SUITE(AttentionDropoutTest, StorageTypes, StorageNames);
+template <typename E>
+class AttentionDropoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = E::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+TYPED_TEST_SUITE(AttentionDropoutTest, AttentionEngines, GemmEngineNames);
 
 TYPED_TEST(AttentionDropoutTest, ForwardAndBackwardMatchFloat64) {
-  using S = TypeParam;
-  auto backend = Storage<S>::make();
+  using S = typename TypeParam::Storage;
+  auto backend = TypeParam::make();
   Rng rng(1);
   const uint64_t seed = 0xabcdef0123ull;
   for (const AttentionCase& c : kCases) {
@@ -44,15 +52,16 @@ TYPED_TEST(AttentionDropoutTest, ForwardAndBackwardMatchFloat64) {
                                           in.d_qkv.get(), in.d_lse.get(), in.key_mask, c.causal,
                                           c.B, c.T, c.NH, c.HS, p, seed, offset);
       in.expect_matches(
-          reference(c, to_double(in.qkv), in.mask, to_double(in.dout), p, seed, offset));
+          reference(c, to_double(in.qkv), in.mask, to_double(in.dout), p, seed, offset),
+          rounds_left_factors<TypeParam>);
     }
   }
 }
 
 // The mask matters: with dropout the output is not the plain attention's (a test that could
-// not tell the two apart would pass a kernel that ignores p).
-TEST(AttentionDropout, DropoutChangesTheOutputAndZeroIsThePlainOp) {
-  auto backend = make_cpu_backend(kThreads);
+// not tell the two apart would pass a kernel that ignores p). On both bf16 engines.
+void expect_dropout_changes_the_output_and_zero_is_the_plain_op(Backend& backend_ref) {
+  Backend* backend = &backend_ref;
   Rng rng(2);
   const AttentionCase c{2, 33, 2, 8, true, true};
   const int C = c.NH * c.HS;
@@ -87,6 +96,15 @@ TEST(AttentionDropout, DropoutChangesTheOutputAndZeroIsThePlainOp) {
   EXPECT_FALSE(same_bits(out0, out2));
   EXPECT_TRUE(same_bits(lse0, lse2));  // lse is of the undropped scores
   EXPECT_FALSE(same_bits(dqkv0, dqkv2));
+}
+
+TEST(AttentionDropout, DropoutChangesTheOutputAndZeroIsThePlainOp) {
+  expect_dropout_changes_the_output_and_zero_is_the_plain_op(*GemmEngine<bf16, false>::make());
+}
+TEST(AttentionDropout, DropoutChangesTheOutputAndZeroIsThePlainOpOnOnednn) {
+  if (const std::string why = GemmEngine<bf16, true>::unavailable(); !why.empty())
+    GTEST_SKIP() << why;
+  expect_dropout_changes_the_output_and_zero_is_the_plain_op(*GemmEngine<bf16, true>::make());
 }
 
 TEST(AttentionDropoutGradient, MatchesFiniteDifferencesAtFp32) {

@@ -2,11 +2,15 @@
 // The float64 attention both attention tests compare against (attention_test.cpp,
 // attention_dropout_test.cpp): dropout(softmax(S))·v and its gradient written out loop by loop,
 // the mask drawn from the independent Philox of philox_reference.h. p = 0 keeps every
-// probability with weight exactly 1, which is plain attention. Also the random inputs and the
-// comparison with the reference that both tests run (AttentionInputs).
+// probability with weight exactly 1, which is plain attention. Also the random inputs, the
+// cpu attention engines both tests run, and their comparison with the reference
+// (AttentionInputs::expect_matches, which derives the tolerances).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend_test_util.h"
@@ -32,8 +36,17 @@ inline std::vector<int32_t> random_mask(Rng& rng, const AttentionCase& c) {
 }
 
 struct Reference {
-  std::vector<double> out, lse, dqkv, dqkv_scale;  // dqkv_scale: Σ|terms| per gradient entry
+  std::vector<double> out, lse, dqkv;
+  std::vector<double> out_scale;   // Σ_j Z_ij·|v_jd| per out entry: Σ|terms|
+  std::vector<double> dqkv_scale;  // Σ|terms| per gradient entry, |dS| bounded as below
+  // What an error of ε_i in D_i moves each dq and dk entry by, for D_i = dout_i·out_i formed from
+  // a bf16 out: ε_i = (2^-7 + 3e-5)·Σ_d |dout_id|·out_scale_id (attention_test.cpp derives it).
+  std::vector<double> dqkv_from_delta;
 };
+
+// The relative error bound of one round-to-nearest-even to bf16 (8 significant bits): half a
+// unit in the last place, 2^-8 of the value.
+constexpr double kBf16Rounding = 1.0 / 256;
 
 // With P = softmax(S) (lse of the undropped scores), F_ij = 1/(1 - p) if kept else 0,
 // Z = P∘F: out = Z·v; dv = Zᵀ·dout, dZ = dout·vᵀ, dP = dZ∘F, dS = P∘(dP - rowsum(P∘dP)),
@@ -44,7 +57,8 @@ inline Reference reference(const AttentionCase& c, const std::vector<double>& qk
   const int C = c.NH * c.HS, T = c.T, HS = c.HS;
   const double scale = 1.0 / std::sqrt(double(HS));
   Reference r{std::vector<double>(size_t(c.B) * T * C), std::vector<double>(size_t(c.B) * c.NH * T),
-              std::vector<double>(qkv.size()), std::vector<double>(qkv.size())};
+              std::vector<double>(qkv.size()),          std::vector<double>(size_t(c.B) * T * C),
+              std::vector<double>(qkv.size()),          std::vector<double>(qkv.size())};
   auto at = [&](int b, int t, int part, int h, int d) {
     return (size_t(b) * T + t) * 3 * C + size_t(part) * C + size_t(h) * HS + d;
   };
@@ -73,9 +87,15 @@ inline Reference reference(const AttentionCase& c, const std::vector<double>& qk
           z[j] = prob[j] * f[j];
         }
         const size_t o = (size_t(b) * T + i) * C + size_t(h) * HS;
+        double delta_error = 0;  // ε_i
         for (int d = 0; d < HS; d++) {
-          for (int j = 0; j < T; j++) r.out[o + d] += z[j] * qkv[at(b, j, 2, h, d)];
+          for (int j = 0; j < T; j++) {
+            r.out[o + d] += z[j] * qkv[at(b, j, 2, h, d)];
+            r.out_scale[o + d] += z[j] * std::fabs(qkv[at(b, j, 2, h, d)]);
+          }
+          delta_error += std::fabs(dout[o + d]) * r.out_scale[o + d];
         }
+        delta_error *= 2 * kBf16Rounding + 3e-5;
         double dot = 0, dot_scale = 0;
         for (int j = 0; j < T; j++) {
           double dz = 0;
@@ -90,8 +110,12 @@ inline Reference reference(const AttentionCase& c, const std::vector<double>& qk
           for (int d = 0; d < HS; d++) {
             r.dqkv[at(b, i, 0, h, d)] += scale * ds * qkv[at(b, j, 1, h, d)];
             r.dqkv_scale[at(b, i, 0, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, j, 1, h, d)]);
+            r.dqkv_from_delta[at(b, i, 0, h, d)] +=
+                scale * prob[j] * delta_error * std::fabs(qkv[at(b, j, 1, h, d)]);
             r.dqkv[at(b, j, 1, h, d)] += scale * ds * qkv[at(b, i, 0, h, d)];
             r.dqkv_scale[at(b, j, 1, h, d)] += scale * ds_scale * std::fabs(qkv[at(b, i, 0, h, d)]);
+            r.dqkv_from_delta[at(b, j, 1, h, d)] +=
+                scale * prob[j] * delta_error * std::fabs(qkv[at(b, i, 0, h, d)]);
             r.dqkv[at(b, j, 2, h, d)] += z[j] * dout[o + d];
             r.dqkv_scale[at(b, j, 2, h, d)] += z[j] * std::fabs(dout[o + d]);
           }
@@ -101,6 +125,14 @@ inline Reference reference(const AttentionCase& c, const std::vector<double>& qk
   }
   return r;
 }
+
+// The cpu attention's engines: OpenBLAS sgemm on fp32 (attention.cpp: bf16 and fp32 storage,
+// and fp32 storage under cpu_gemm onednn too, whose attention stays there), and oneDNN's bf16
+// matmuls (attention_onednn.cpp), which round the left factors of the products to bf16.
+using AttentionEngines = ::testing::Types<GemmEngine<bf16, false>, GemmEngine<float, false>,
+                                          GemmEngine<bf16, true>, GemmEngine<float, true>>;
+template <typename E>
+constexpr bool rounds_left_factors = E::onednn&& std::is_same_v<typename E::Storage, bf16>;
 
 // One case's random inputs in `backend`, drawn from `rng` in this order: qkv, the key mask,
 // dout, and the dqkv0 the backward accumulates into; with the out and lse the forward writes.
@@ -119,22 +151,49 @@ struct AttentionInputs {
         d_mask(backend, mask),
         key_mask(c.masked ? d_mask.get() : nullptr) {}
 
-  // The run's lse, out and dqkv against the float64 reference `r` of the same inputs: lse
-  // within 1e-5 (fp32 dot products of HS terms, exp to ~1e-7); out one rounding plus 1e-5·max|v|
-  // (fp32 error ~1e-6 of max|v|, the weights summing to at most 1/(1 - p)); dqkv = old +
-  // gradient, one rounding plus 1e-5 of each entry's Σ|terms|.
-  void expect_matches(const Reference& r) const {
+  // The run's lse, out and dqkv against the float64 reference `r` of the same inputs.
+  // `rounded`: the engine rounds the left factors of its products to bf16 (the oneDNN engine,
+  // attention_onednn.cpp: rn(P∘F) before P·v and Pᵀ·dout, rn(dS) before dS·k and dSᵀ·q, and D
+  // from the bf16 out); otherwise every product is fp32 (attention.cpp).
+  //
+  // Both: lse within 1e-5 (fp32 dot products of HS terms, exp to ~1e-7); out one rounding plus
+  // 1e-5·max|v| (fp32 error ~1e-6 of max|v|, the weights summing to at most 1/(1 - p)); dqkv =
+  // old + gradient, one rounding plus 1e-5 of each entry's Σ|terms|. A stored result is
+  // rn(y) for a y within E of the exact value, so |rn(y) - want| ≤ 2^-8·|want| + (1 + 2^-8)·E;
+  // result_rel (2^-8 + 1e-5) covers both factors for the fp32-only E above.
+  // Rounded, E grows by what the rounded left factors add, each |rn(x) - x| ≤ 2^-8·|x|:
+  //  - out_id = Σ_j rn(p̃_ij·F_ij)·v_jd / l_i: 2^-8·Σ_j Z_ij·|v_jd| (out_scale);
+  //  - dv_jd = Σ_i rn(Z_ij)·dout_id: 2^-8·Σ_i Z_ij·|dout_id|; dq_id = scale·Σ_j rn(dS_ij)·k_jd and
+  //    dk_jd = scale·Σ_i rn(dS_ij)·q_id: 2^-8·scale·Σ|dS·k| (resp. Σ|dS·q|), all within
+  //    2^-8·dqkv_scale since P_ij·(|dP_ij| + Σ_j P_ij·|dP_ij|) ≥ |dS_ij|;
+  //  - D_i = dout_i·out_i from the bf16 out, off by at most ε_i (attention_test.cpp), which moves
+  //    dS_ij by P_ij·ε_i and, after the rounding of dS, by (1 + 2^-8)·P_ij·ε_i:
+  //    (1 + 2^-8)·dqkv_from_delta.
+  void expect_matches(const Reference& r, bool rounded = false) const {
     expect_close(to_double(d_lse.download()), r.lse, 1e-5, 1e-5, "lse");
     const double v_scale = max_abs(to_double(qkv));
-    expect_close(to_double(d_out.download()), r.out, result_rel<S>(), 1e-5 * v_scale, "out");
+    const double carry = 1 + kBf16Rounding;  // E through the final rounding
+    double used_out = 0, used_dqkv = 0;      // the largest |got - want| / bound
+    const auto got_out = to_double(d_out.download());
+    for (size_t j = 0; j < got_out.size(); j++) {
+      const double rounding = rounded ? carry * kBf16Rounding * r.out_scale[j] : 0.0;
+      const double bound = result_rel<S>() * std::fabs(r.out[j]) + 1e-5 * v_scale + rounding;
+      ASSERT_NEAR(got_out[j], r.out[j], bound) << "out[" << j << "]";
+      used_out = std::max(used_out, std::fabs(got_out[j] - r.out[j]) / bound);
+    }
     auto want = to_double(dqkv0);
     for (size_t j = 0; j < want.size(); j++) want[j] += r.dqkv[j];
     const auto got = to_double(d_dqkv.download());
     for (size_t j = 0; j < got.size(); j++) {
-      ASSERT_NEAR(got[j], want[j],
-                  result_rel<S>() * std::fabs(want[j]) + 1e-5 * (r.dqkv_scale[j] + 1e-3))
-          << "dqkv[" << j << "]";
+      const double rounding =
+          rounded ? carry * (kBf16Rounding * r.dqkv_scale[j] + carry * r.dqkv_from_delta[j]) : 0.0;
+      const double bound =
+          result_rel<S>() * std::fabs(want[j]) + 1e-5 * (r.dqkv_scale[j] + 1e-3) + rounding;
+      ASSERT_NEAR(got[j], want[j], bound) << "dqkv[" << j << "]";
+      used_dqkv = std::max(used_dqkv, std::fabs(got[j] - want[j]) / bound);
     }
+    std::printf("  largest error as a fraction of its bound: out %.2f, dqkv %.2f\n", used_out,
+                used_dqkv);
   }
 
   const std::vector<S> qkv;          // (B, T, 3C)

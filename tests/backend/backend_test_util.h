@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
 
@@ -68,6 +69,37 @@ struct StorageNames {
   }
 };
 using StorageTypes = ::testing::Types<bf16, float>;
+
+// A cpu backend of storage S with the GEMM engine parallel.cpu_gemm names: OpenBLAS on widened
+// tiles or oneDNN (docs/ARCHITECTURE.md, "cpu GEMMs"). Where oneDNN has no bf16 matmul its bf16
+// backend cannot be made: unavailable() says why, for GTEST_SKIP.
+template <typename S, bool kOnednn>
+struct GemmEngine {
+  using Storage = S;
+  static constexpr bool onednn = kOnednn;
+  static std::unique_ptr<BackendT<S>> make(int threads = kThreads) {
+    const char* gemm = kOnednn ? "onednn" : "openblas";
+    if constexpr (std::is_same_v<S, bf16>) {
+      return make_cpu_backend(threads, gemm);
+    } else {
+      return make_cpu_backend_fp32(threads, gemm);
+    }
+  }
+  // Empty when this engine runs here, else why not.
+  static std::string unavailable() {
+    const cpu::OnednnSupport& support = cpu::onednn_support();
+    if (!kOnednn || !std::is_same_v<S, bf16> || support.bf16_matmul) return "";
+    return "oneDNN has no bf16 matmul on this CPU (its ISA is " + support.isa +
+           "): the oneDNN bf16 engine is not tested here";
+  }
+};
+struct GemmEngineNames {
+  template <typename E>
+  static std::string GetName(int) {
+    return std::string(std::is_same_v<typename E::Storage, bf16> ? "bf16" : "fp32") +
+           (E::onednn ? "_onednn" : "_openblas");
+  }
+};
 
 // Device memory for `count` elements of T, released with the backend.
 template <typename T, typename B>

@@ -1,6 +1,6 @@
 // matmul_forward / matmul_backward against float64 loops, and by finite differences, for both
 // of the cpu backend's GEMM engines (parallel.cpu_gemm): OpenBLAS on widened tiles and oneDNN.
-// oneDNN has bf16 matmuls only on AMX / AVX512-BF16 CPUs: elsewhere its bf16 cases skip, saying
+// oneDNN 2.6 has bf16 matmuls only on AVX-512 CPUs: elsewhere its bf16 cases skip, saying
 // so, and its fp32 cases still run the same primitive, stride and accumulation code.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/onednn_gemm.h"
@@ -16,35 +16,9 @@ struct Shape {
 // one with OC large enough for several channel tiles per thread (the tiles are ~512 wide).
 const Shape kShapes[] = {{7, 13, 19}, {1, 5, 3}, {33, 45, 1}, {9, 21, 1100}};
 
-template <typename S, bool kOnednn>
-struct Engine {
-  using Storage = S;
-  static constexpr bool onednn = kOnednn;
-  static std::unique_ptr<BackendT<S>> make() {
-    const char* gemm = kOnednn ? "onednn" : "openblas";
-    if constexpr (std::is_same_v<S, bf16>) {
-      return make_cpu_backend(kThreads, gemm);
-    } else {
-      return make_cpu_backend_fp32(kThreads, gemm);
-    }
-  }
-  // Empty when this engine runs here, else why not.
-  static std::string unavailable() {
-    const cpu::OnednnSupport& support = cpu::onednn_support();
-    if (!kOnednn || !std::is_same_v<S, bf16> || support.bf16_matmul) return "";
-    return "oneDNN has no bf16 matmul on this CPU (its ISA is " + support.isa +
-           "; AMX-BF16 or AVX512-BF16 needed): the oneDNN bf16 GEMMs are not tested here";
-  }
-};
-using Engines = ::testing::Types<Engine<bf16, false>, Engine<float, false>, Engine<bf16, true>,
-                                 Engine<float, true>>;
-struct EngineNames {
-  template <typename E>
-  static std::string GetName(int) {
-    return std::string(std::is_same_v<typename E::Storage, bf16> ? "bf16" : "fp32") +
-           (E::onednn ? "_onednn" : "_openblas");
-  }
-};
+// Every GEMM engine with both storage types (backend_test_util.h).
+using Engines = ::testing::Types<GemmEngine<bf16, false>, GemmEngine<float, false>,
+                                 GemmEngine<bf16, true>, GemmEngine<float, true>>;
 
 template <typename E>
 class MatmulTest : public ::testing::Test {
@@ -53,7 +27,7 @@ class MatmulTest : public ::testing::Test {
     if (const std::string why = E::unavailable(); !why.empty()) GTEST_SKIP() << why;
   }
 };
-TYPED_TEST_SUITE(MatmulTest, Engines, EngineNames);
+TYPED_TEST_SUITE(MatmulTest, Engines, GemmEngineNames);
 
 TYPED_TEST(MatmulTest, ForwardMatchesFloat64) {
   using S = typename TypeParam::Storage;

@@ -1,7 +1,8 @@
 // attention_forward_dropout / attention_backward_dropout (kernels/attention.cu) under the host
 // emulator against the cpu backend, with the mask of the same (seed, offset): both draw it from
 // numerics/elementwise_math.h's Philox, so it is the same mask, and the results differ only by
-// summation order. Tolerances and their reasons as tests/cuda/attention_test.cpp: lse 1e-5
+// summation order (against the cpu's OpenBLAS engine, whose probabilities are fp32 as these
+// kernels' are: tests/cuda/attention_test.cpp). Tolerances and their reasons as there: lse 1e-5
 // absolute; out 1 bf16 ulp, or 1e-6·max|v| where out ≈ 0 from cancellation; each gradient
 // element |got - want| ≤ 1e-5·G + 2^-7·max(|got|, |want|), G the largest gradient of its part.
 // A different mask would be far outside these (a dropped probability is a 1/(1 - p)-sized
@@ -80,7 +81,7 @@ int64_t check_gradient(const Case& c, const std::vector<bf16>& got, const std::v
 }
 
 TEST(CudaAttentionDropout, ForwardAndBackwardMatchCpu) {
-  BackendPair pair;
+  BackendPair pair("openblas");  // fp32 probabilities, as these kernels (top of file)
   Rng rng(5);
   for (const Case& c : kCases) {
     for (const bool causal : {false, true}) {
@@ -133,7 +134,7 @@ TEST(CudaAttentionDropout, ForwardAndBackwardMatchCpu) {
 
 // p = 0 through the dropout entries: the plain kernels' bits (the factor is 1, never drawn).
 TEST(CudaAttentionDropout, ZeroProbabilityGivesThePlainOpsBits) {
-  BackendPair pair;
+  BackendPair pair("openblas");  // fp32 probabilities, as these kernels (top of file)
   Rng rng(6);
   const Case c{2, 33, 2, 24};
   const int C = c.NH * c.HS;

@@ -4,6 +4,10 @@
 // nothing), on head sizes that are and are not multiples of 32 and sequences of one, part of
 // one, and several 32-key tiles.
 //
+// The cpu runs its OpenBLAS engine (cpu_gemm openblas): like these kernels it keeps the
+// probabilities and dS in fp32, where its oneDNN engine rounds them to bf16 as the tensor-core
+// kernels do (tests/cuda/flash_attention_test.cpp compares those with both engines).
+//
 // Tolerances. Both backends compute the same fp32 quantities but sum them in different orders
 // (the cpu: sgemm blocks and one softmax over all keys; the kernels: per-lane sums over head
 // dims, per-tile warp sums and an online softmax rescaled by exp(m - m') per key tile).
@@ -124,7 +128,7 @@ GradientError check_gradient(const Case& c, const std::vector<bf16>& got,
 }
 
 TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
-  BackendPair pair;
+  BackendPair pair("openblas");  // fp32 probabilities, as these kernels (top of file)
   Rng rng(3);
   for (const Case& c : kCases) {
     for (const bool causal : {false, true}) {
@@ -167,7 +171,7 @@ TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
 }
 
 TEST(CudaAttention, NullGradientIsSkipped) {
-  BackendPair pair;
+  BackendPair pair("openblas");  // fp32 probabilities, as these kernels (top of file)
   Rng rng(5);
   const Case c{1, 5, 1, 8};
   const size_t qkv_count = size_t(c.T) * 3 * c.HS;
@@ -183,7 +187,7 @@ TEST(CudaAttention, NullGradientIsSkipped) {
 }
 
 TEST(CudaAttention, RejectsHeadSizeBeyondLimit) {
-  BackendPair pair;
+  BackendPair pair("openblas");  // fp32 probabilities, as these kernels (top of file)
   const Case c{1, 2, 1, 264};
   Mirrored<bf16> x(pair, size_t(c.T) * 3 * c.HS), out(pair, size_t(c.T) * c.HS);
   Mirrored<float> lse(pair, size_t(c.T));

@@ -67,9 +67,15 @@ inline std::unique_ptr<Backend> make_cuda_under_test() {
 
 // The two backends a test compares. `emulated` is the cuda backend under test, which is the
 // GPU's when cuda_on_device() (the member keeps its name so every test reads the same).
+// `cpu_gemm` picks the cpu's GEMM engine (parallel.cpu_gemm): both compute GEMMs alike, but the
+// cpu's attention differs: OpenBLAS keeps its probabilities in fp32 as the SIMT attention
+// kernels do, oneDNN rounds them to bf16 as the tensor-core ones do (docs/ARCHITECTURE.md, "cpu
+// attention").
 struct BackendPair {
-  std::unique_ptr<Backend> cpu = make_cpu_backend(kThreads);
-  std::unique_ptr<Backend> emulated = make_cuda_under_test();
+  explicit BackendPair(const std::string& cpu_gemm = "auto")
+      : cpu(make_cpu_backend(kThreads, cpu_gemm)), emulated(make_cuda_under_test()) {}
+  std::unique_ptr<Backend> cpu;
+  std::unique_ptr<Backend> emulated;
 };
 
 // One tensor in both backends, uploaded from the same host values (or zeroed).

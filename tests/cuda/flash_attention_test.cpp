@@ -4,7 +4,11 @@
 // query 0 sees nothing), with and without dropout, on sequences shorter than one 64-row tile,
 // of exactly one, and of several with a partial last tile.
 //
-// Tolerances, derived. The kernels differ from the cpu in three ways:
+// Against both of the cpu's attention engines (docs/ARCHITECTURE.md, "cpu attention"): OpenBLAS,
+// whose probabilities, dS and D stay fp32, and oneDNN (where it has a bf16 matmul), which rounds
+// exactly the operands the kernels round and takes D from the bf16 out as they do.
+//
+// Tolerances, derived. The kernels differ from the cpu's OpenBLAS engine in three ways:
 //  1. Summation order, as the SIMT kernels (tests/cuda/attention_test.cpp derives these): lse
 //     within 1e-5 absolute; an output or gradient's fp32 value within ~1e-5 of the sum of its
 //     terms' magnitudes, and for gradients 1e-5·G (G the largest gradient of its part, q, k or
@@ -20,11 +24,17 @@
 //     |ΔD_i| ≤ ε_i = (2^-7 + 3e-5)·Σ_d |dout_id|·Σ_j Z_ij·|v_jd| (3e-5 covering the fp32 dot).
 //     dS_ij = P_ij·(dP_ij - D_i) then moves by P_ij·ε_i: dq_id by scale·Σ_j P_ij·ε_i·|k_jd|
 //     and dk_jd by scale·Σ_i P_ij·ε_i·|q_id|, added to their bounds as they are.
+// The oneDNN engine has points 2 and 3 too, each within the same bound of the exact value, so
+// against it they count twice (`sides` = 2): its rounded factors are not always the kernels'
+// (the kernels' forward rounds p̃ relative to a running max over key tiles, the cpu's relative
+// to the row's max; the fp32 values before rounding differ by summation order and exp), and a
+// value either side of a rounding boundary rounds apart. Where the kernels' first key tile holds
+// the whole row (T ≤ 64 at HS 64) the forwards agree bit for bit here.
 // Each Σ|term| is computed here in float64 from the inputs (with the backends' own dropout
 // numbers). Both results are rounded to bf16 at the end, so |got - want| ≤
-// (2^-8 + 1e-5)·Σ|term| [+ 1e-5·G + D's share] + 2^-7·max(|got|, |want|). The bound is a worst
-// case (all rounding errors of one sign); the report prints how much of it the largest error
-// used.
+// (sides·2^-8 + 1e-5)·Σ|term| [+ 1e-5·G + sides·D's share] + 2^-7·max(|got|, |want|). The bound
+// is a worst case (all rounding errors of one sign); the report prints how much of it the
+// largest error used.
 // What must be exact: a query that sees no key has out 0, lse -inf and an unchanged dq row; a
 // hidden key has unchanged dk, dv rows.
 #include <cstdio>
@@ -129,17 +139,18 @@ TermSums term_sums(const Case& c, const std::vector<bf16>& qkv_bits,
   return sums;
 }
 
-// |got - want| ≤ (2^-8 + 1e-5)·Σ|term| + floor + extra + 2^-7·max(|got|, |want|) for the
-// elements at `indices` (extra per element, or none); returns the largest fraction of the bound.
+// |got - want| ≤ (sides·2^-8 + 1e-5)·Σ|term| + floor + sides·extra + 2^-7·max(|got|, |want|)
+// for the elements at `indices` (extra per element, or none); returns the largest fraction of
+// the bound.
 double check_bound(const std::vector<bf16>& got, const std::vector<bf16>& want,
                    const std::vector<double>& sums, const std::vector<double>* extra, double floor,
-                   const char* what, const std::vector<size_t>& indices) {
+                   int sides, const char* what, const std::vector<size_t>& indices) {
   double worst = 0;
   int misses = 0;
   for (size_t i : indices) {
     const double g = bf16_to_float(got[i]), w = bf16_to_float(want[i]);
-    const double bound = (std::ldexp(1.0, -8) + 1e-5) * sums[i] + floor +
-                         (extra ? (*extra)[i] : 0.0) +
+    const double bound = (sides * std::ldexp(1.0, -8) + 1e-5) * sums[i] + floor +
+                         sides * (extra ? (*extra)[i] : 0.0) +
                          std::ldexp(std::max(std::fabs(g), std::fabs(w)), -7);
     const double diff = std::fabs(g - w);
     if (bound > 0) worst = std::max(worst, diff / bound);
@@ -151,42 +162,46 @@ double check_bound(const std::vector<bf16>& got, const std::vector<bf16>& want,
   return worst;
 }
 
-void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool masked, float p) {
-  SCOPED_TRACE(::testing::Message()
-               << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS
-               << " causal=" << causal << " masked=" << masked << " p=" << p);
-  const int C = c.NH * c.HS;
-  const uint64_t seed = 0x5eed, offset = 0;
-  const AttentionInputs in(pair, rng, c, masked);
-  for (Backend* backend : {pair.cpu.get(), pair.emulated.get()}) {
-    const bool cpu = backend == pair.cpu.get();
-    backend->attention_forward_dropout(
-        cpu ? in.out.cpu() : in.out.emulated(), cpu ? in.lse.cpu() : in.lse.emulated(),
-        cpu ? in.x.cpu() : in.x.emulated(), cpu ? in.mask_cpu : in.mask_emulated, causal, c.B, c.T,
-        c.NH, c.HS, p, seed, offset);
-    backend->attention_backward_dropout(
-        cpu ? in.dx.cpu() : in.dx.emulated(), cpu ? in.dy.cpu() : in.dy.emulated(),
-        cpu ? in.out.cpu() : in.out.emulated(), cpu ? in.x.cpu() : in.x.emulated(),
-        cpu ? in.lse.cpu() : in.lse.emulated(), cpu ? in.mask_cpu : in.mask_emulated, causal, c.B,
-        c.T, c.NH, c.HS, p, seed, offset);
-  }
-  const auto got_out = in.out.from_emulated(), want_out = in.out.from_cpu();
-  const auto got_lse = in.lse.from_emulated(), want_lse = in.lse.from_cpu();
-  const auto got_dx = in.dx.from_emulated(), want_dx = in.dx.from_cpu();
-  const TermSums sums = term_sums(c, in.qkv, in.dout, in.mask, causal, p, seed);
+// The cpu's results, from its own copy of the inputs.
+struct CpuResults {
+  std::vector<bf16> out, dx;
+  std::vector<float> lse;
+};
+CpuResults run_cpu(Backend& cpu, const Case& c, const AttentionInputs& in, bool causal, float p,
+                   uint64_t seed, uint64_t offset) {
+  DeviceBuffer<bf16, Backend> x(cpu, in.qkv), out(cpu, in.dout.size()), dy(cpu, in.dout),
+      dx(cpu, in.dqkv0);
+  DeviceBuffer<float, Backend> lse(cpu, size_t(c.B) * c.NH * c.T);
+  DeviceBuffer<int32_t, Backend> mask(cpu, in.mask.empty() ? std::vector<int32_t>(1) : in.mask);
+  const int32_t* key_mask = in.mask.empty() ? nullptr : mask.get();
+  cpu.attention_forward_dropout(out.get(), lse.get(), x.get(), key_mask, causal, c.B, c.T, c.NH,
+                                c.HS, p, seed, offset);
+  cpu.attention_backward_dropout(dx.get(), dy.get(), out.get(), x.get(), lse.get(), key_mask,
+                                 causal, c.B, c.T, c.NH, c.HS, p, seed, offset);
+  return {out.download(), dx.download(), lse.download()};
+}
 
+// The kernels' results against one cpu engine's; `sides` = 1 for OpenBLAS (fp32 probabilities:
+// only the kernels round), 2 for oneDNN (both round: points 2 and 3 twice).
+void check_against(const char* engine, int sides, const Case& c, const AttentionInputs& in,
+                   const TermSums& sums, const std::vector<bf16>& got_out,
+                   const std::vector<float>& got_lse, const std::vector<bf16>& got_dx,
+                   const CpuResults& want) {
+  SCOPED_TRACE(engine);
+  const int C = c.NH * c.HS;
   double lse_worst = 0;
   for (size_t i = 0; i < got_lse.size(); i++) {
-    if (std::isinf(want_lse[i])) {
-      EXPECT_EQ(got_lse[i], want_lse[i]) << "lse[" << i << "]";
+    if (std::isinf(want.lse[i])) {
+      EXPECT_EQ(got_lse[i], want.lse[i]) << "lse[" << i << "]";
     } else {
-      EXPECT_NEAR(got_lse[i], want_lse[i], 1e-5) << "lse[" << i << "]";
-      lse_worst = std::max(lse_worst, std::fabs(double(got_lse[i]) - want_lse[i]));
+      EXPECT_NEAR(got_lse[i], want.lse[i], 1e-5) << "lse[" << i << "]";
+      lse_worst = std::max(lse_worst, std::fabs(double(got_lse[i]) - want.lse[i]));
     }
   }
   std::vector<size_t> all_out(in.dout.size());
   for (size_t i = 0; i < in.dout.size(); i++) all_out[i] = i;
-  const double out_used = check_bound(got_out, want_out, sums.out, nullptr, 0.0, "out", all_out);
+  const double out_used =
+      check_bound(got_out, want.out, sums.out, nullptr, 0.0, sides, "out", all_out);
   double used[3];
   const char* names[3] = {"dq", "dk", "dv"};
   for (int part = 0; part < 3; part++) {
@@ -196,34 +211,72 @@ void run_case(BackendPair& pair, Rng& rng, const Case& c, bool causal, bool mask
       for (int e = 0; e < C; e++) {
         const size_t i = row * 3 * C + size_t(part) * C + e;
         indices.push_back(i);
-        G = std::max(G, std::fabs(double(bf16_to_float(want_dx[i])) - bf16_to_float(in.dqkv0[i])));
+        G = std::max(G, std::fabs(double(bf16_to_float(want.dx[i])) - bf16_to_float(in.dqkv0[i])));
       }
     }
-    used[part] =
-        check_bound(got_dx, want_dx, sums.dqkv, &sums.from_delta, 1e-5 * G, names[part], indices);
+    used[part] = check_bound(got_dx, want.dx, sums.dqkv, &sums.from_delta, 1e-5 * G, sides,
+                             names[part], indices);
   }
   std::printf(
-      "  B=%d T=%d NH=%d HS=%d causal=%d masked=%d p=%.2f: |dlse| %.1e; largest error as a "
-      "fraction of its bound: out %.2f, dq %.2f, dk %.2f, dv %.2f\n",
-      c.B, c.T, c.NH, c.HS, int(causal), int(masked), double(p), lse_worst, out_used, used[0],
-      used[1], used[2]);
+      "    cpu %s: |dlse| %.1e; largest error as a fraction of its bound: out %.2f, dq %.2f, dk "
+      "%.2f, dv %.2f\n",
+      engine, lse_worst, out_used, used[0], used[1], used[2]);
+}
 
+void run_case(BackendPair& pair, Backend* onednn_cpu, Rng& rng, const Case& c, bool causal,
+              bool masked, float p) {
+  SCOPED_TRACE(::testing::Message()
+               << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " HS=" << c.HS
+               << " causal=" << causal << " masked=" << masked << " p=" << p);
+  const uint64_t seed = 0x5eed, offset = 0;
+  const AttentionInputs in(pair, rng, c, masked);
+  pair.emulated->attention_forward_dropout(in.out.emulated(), in.lse.emulated(), in.x.emulated(),
+                                           in.mask_emulated, causal, c.B, c.T, c.NH, c.HS, p, seed,
+                                           offset);
+  pair.emulated->attention_backward_dropout(in.dx.emulated(), in.dy.emulated(), in.out.emulated(),
+                                            in.x.emulated(), in.lse.emulated(), in.mask_emulated,
+                                            causal, c.B, c.T, c.NH, c.HS, p, seed, offset);
+  const auto got_out = in.out.from_emulated();
+  const auto got_lse = in.lse.from_emulated();
+  const auto got_dx = in.dx.from_emulated();
+  const TermSums sums = term_sums(c, in.qkv, in.dout, in.mask, causal, p, seed);
+  std::printf("  B=%d T=%d NH=%d HS=%d causal=%d masked=%d p=%.2f\n", c.B, c.T, c.NH, c.HS,
+              int(causal), int(masked), double(p));
+  check_against("OpenBLAS", 1, c, in, sums, got_out, got_lse, got_dx,
+                run_cpu(*pair.cpu, c, in, causal, p, seed, offset));
+  if (onednn_cpu)
+    check_against("oneDNN", 2, c, in, sums, got_out, got_lse, got_dx,
+                  run_cpu(*onednn_cpu, c, in, causal, p, seed, offset));
   expect_unseen_rows_untouched(c, in, causal, got_out, got_lse, got_dx);
 }
 
+// The cpu's oneDNN engine, where oneDNN has a bf16 matmul here (else its comparison is left
+// out, saying so once).
+std::unique_ptr<Backend> make_onednn_cpu() {
+  if (const std::string why = GemmEngine<bf16, true>::unavailable(); !why.empty()) {
+    std::printf("[ skipped  ] the comparison with the cpu's oneDNN engine: %s\n", why.c_str());
+    return nullptr;
+  }
+  return make_cpu_backend(kThreads, "onednn");
+}
+
 TEST(CudaFlashAttention, ForwardAndBackwardMatchCpu) {
-  BackendPair pair;
+  BackendPair pair("openblas");
+  const auto onednn_cpu = make_onednn_cpu();
   Rng rng(11);
   for (const Case& c : kCases)
     for (const bool causal : {false, true})
-      for (const bool masked : {false, true}) run_case(pair, rng, c, causal, masked, 0.0f);
+      for (const bool masked : {false, true})
+        run_case(pair, onednn_cpu.get(), rng, c, causal, masked, 0.0f);
 }
 
 TEST(CudaFlashAttention, DropoutMatchesCpu) {
-  BackendPair pair;
+  BackendPair pair("openblas");
+  const auto onednn_cpu = make_onednn_cpu();
   Rng rng(12);
   for (const Case& c : {kCases[0], kCases[3]})
-    for (const bool causal : {false, true}) run_case(pair, rng, c, causal, causal, 0.25f);
+    for (const bool causal : {false, true})
+      run_case(pair, onednn_cpu.get(), rng, c, causal, causal, 0.25f);
 }
 
 }  // namespace

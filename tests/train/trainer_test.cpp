@@ -357,8 +357,10 @@ TEST_F(TrainerTest, RunDirectoryAndResumeAreCheckedBeforeTheData) {
 }
 
 // parallel.cpu_gemm: the same run with oneDNN's bf16 matmuls and with OpenBLAS on widened
-// tiles. Both accumulate in fp32 and round once, so only the order of the fp32 sums differs:
-// the losses agree to bf16 noise. Runs only where oneDNN has a bf16 matmul (AMX / AVX512-BF16).
+// tiles. Both accumulate in fp32 and round once, so the matmuls differ only in the order of
+// the fp32 sums; attention on oneDNN also rounds its probabilities and dS to bf16 before their
+// products (2^-8 relative a term: docs/ARCHITECTURE.md, "cpu attention"). The losses agree to
+// bf16 noise. Runs only where oneDNN has a bf16 matmul.
 TEST_F(TrainerTest, OnednnGemmsTrainAsOpenblasDoes) {
   const cpu::OnednnSupport& support = cpu::onednn_support();
   if (!support.bf16_matmul)

@@ -1,8 +1,15 @@
-// Scaled dot-product attention per (batch, head), causal and/or with a key padding mask.
-// Queries go in blocks of kQueryBlock rows so the score block (rows, T) stays small even at
-// T = 1024 and causal blocks only score the keys they can see; both products of a block are
-// sgemm calls on the head's q, k, v widened to fp32. Nothing of size T×T is kept: the forward
-// saves each query's log-sum-exp and the backward recomputes the probabilities from it.
+// Scaled dot-product attention per (batch, head), causal and/or with a key padding mask, on
+// OpenBLAS sgemm: the engine of the fp32 reference backend, of cpu_gemm = openblas, and of CPUs
+// where oneDNN has no bf16 matmul. With bf16 storage and oneDNN's bf16 matmuls (cx.onednn) the
+// functions below hand the call to attention_onednn.cpp, whose numerics follow the GPU's
+// tensor-core kernels (docs/ARCHITECTURE.md, "cpu attention").
+//
+// Queries go in blocks of kQueryBlock rows (attention_rows.h) so the score block (rows, T) stays
+// small even at T = 1024 and causal blocks only score the keys they can see; both products of a
+// block are sgemm calls on the head's q, k, v widened to fp32 (exact), with the softmax, its
+// probabilities and every product in fp32: only the stored out and gradients are rounded.
+// Nothing of size T×T is kept: the forward saves each query's log-sum-exp and the backward
+// recomputes the probabilities from it.
 //
 // Dropout on the probabilities (the _dropout variants, backend.h) is applied after the softmax,
 // with factors recomputed in the backward from the counter-based generator (cpu/dropout.cpp).
@@ -15,25 +22,12 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/attention_rows.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 
 namespace collage::cpu {
 namespace {
-
-constexpr int kQueryBlock = 64;
-
-// Query i can see key j when j < end (end = i + 1 if causal) and key_ok[j] (the key mask).
-inline int visible_end(int i, int keys, bool causal) {
-  return causal ? std::min(i + 1, keys) : keys;
-}
-
-// key_ok (T) = 1 where the key is not masked; key_mask (T) may be null.
-int32_t* key_flags(CpuContext& cx, int thread, const int32_t* key_mask, int T) {
-  int32_t* key_ok = cx.key_visible.data() + size_t(thread) * T;
-  for (int j = 0; j < T; j++) key_ok[j] = key_mask ? key_mask[j] != 0 : 1;
-  return key_ok;
-}
 
 // Turns one row of scaled scores (keys) into probabilities in place; returns the row's lse.
 float softmax_row(float* scores, int keys, int end, const int32_t* key_ok) {
@@ -60,14 +54,6 @@ float softmax_row(float* scores, int keys, int end, const int32_t* key_ok) {
   return max_score + std::log(total);
 }
 
-// Dropout on the probabilities (p > 0): Z_ij = P_ij·F_ij with F_ij = 1/(1 - p) or 0 from
-// dropout_uniform(seed, offset + ((b·NH + h)·T + i)·T + j) (backend.h); out = Z·v, and lse
-// stays the log-sum-exp of the undropped scores. Writes the factors of query i's keys [0, keys).
-void row_dropout_factors(float* factors, int keys, float p, uint64_t seed, uint64_t offset,
-                         int64_t bh, int T, int i) {
-  dropout_factors(factors, keys, p, seed, offset + (uint64_t(bh) * T + uint64_t(i)) * T);
-}
-
 }  // namespace
 
 template <typename S>
@@ -80,6 +66,13 @@ template <typename S>
 void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                                float dropout_p, uint64_t seed, uint64_t offset) {
+  if constexpr (!is_fp32_storage<S>) {
+    if (cx.onednn) {
+      attention_forward_onednn(cx, out, lse, qkv, key_mask, causal, B, T, NH, HS, dropout_p, seed,
+                               offset);
+      return;
+    }
+  }
   const bool dropout = dropout_p > 0.0f;
   const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;  // qkv (B, T, 3C), out (B, T, C)
   const float scale = 1.0f / std::sqrt(float(HS));
@@ -111,7 +104,7 @@ void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
 
     for (int i0 = 0; i0 < T; i0 += block) {
       const int rows = std::min(block, T - i0);
-      const int keys = causal ? i0 + rows : T;
+      const int keys = block_keys(i0, rows, T, causal);
       // scores (rows, keys) = scale · q[i0 : i0 + rows] · k[:keys]^T
       gemm(false, true, rows, keys, HS, scale, {q.data + i0 * q.ld, q.ld}, k, 0.0f, {prob, keys});
       for (int r = 0; r < rows; r++) {
@@ -140,17 +133,27 @@ void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
 //   dv += Zᵀ dout,  dZ = dout · vᵀ,  dP = dZ ∘ F,  and dS as above from P and dP
 // (rowsum(P ∘ dP) = rowsum(Z ∘ dZ) = rowsum(dout ∘ out): still the flash-attention D_i).
 template <typename S>
-void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* qkv, const float* lse,
-                        const int32_t* key_mask, bool causal, int B, int T, int NH, int HS) {
-  attention_backward_dropout(cx, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS, 0.0f, 0, 0);
+void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* out, const S* qkv,
+                        const float* lse, const int32_t* key_mask, bool causal, int B, int T,
+                        int NH, int HS) {
+  attention_backward_dropout(cx, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS, 0.0f, 0,
+                             0);
 }
 
 template <typename S>
-void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S* qkv,
+void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S* out, const S* qkv,
                                 const float* lse, const int32_t* key_mask, bool causal, int B,
                                 int T, int NH, int HS, float dropout_p, uint64_t seed,
                                 uint64_t offset) {
   if (!dqkv) return;
+  if constexpr (!is_fp32_storage<S>) {
+    if (cx.onednn) {
+      attention_backward_onednn(cx, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS,
+                                dropout_p, seed, offset);
+      return;
+    }
+  }
+  (void)out;  // D_i is summed from P and dP here
   const bool dropout = dropout_p > 0.0f;
   const int64_t C = int64_t(NH) * HS, row_stride = 3 * C;
   const float scale = 1.0f / std::sqrt(float(HS));
@@ -193,7 +196,7 @@ void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S*
 
     for (int i0 = 0; i0 < T; i0 += block) {
       const int rows = std::min(block, T - i0);
-      const int keys = causal ? i0 + rows : T;
+      const int keys = block_keys(i0, rows, T, causal);
       const ConstView q_block{q.data + i0 * q.ld, q.ld}, dy_block{dy.data + i0 * dy.ld, dy.ld};
       // P (rows, keys) = exp(scale · q kᵀ - lse), 0 where hidden
       gemm(false, true, rows, keys, HS, scale, q_block, k, 0.0f, {prob, keys});
@@ -253,19 +256,19 @@ template void attention_forward(CpuContext&, bf16*, float*, const bf16*, const i
                                 int, int, int);
 template void attention_forward(CpuContext&, float*, float*, const float*, const int32_t*, bool,
                                 int, int, int, int);
-template void attention_backward(CpuContext&, bf16*, const bf16*, const bf16*, const float*,
-                                 const int32_t*, bool, int, int, int, int);
+template void attention_backward(CpuContext&, bf16*, const bf16*, const bf16*, const bf16*,
+                                 const float*, const int32_t*, bool, int, int, int, int);
 template void attention_backward(CpuContext&, float*, const float*, const float*, const float*,
-                                 const int32_t*, bool, int, int, int, int);
+                                 const float*, const int32_t*, bool, int, int, int, int);
 template void attention_forward_dropout(CpuContext&, bf16*, float*, const bf16*, const int32_t*,
                                         bool, int, int, int, int, float, uint64_t, uint64_t);
 template void attention_forward_dropout(CpuContext&, float*, float*, const float*, const int32_t*,
                                         bool, int, int, int, int, float, uint64_t, uint64_t);
-template void attention_backward_dropout(CpuContext&, bf16*, const bf16*, const bf16*, const float*,
-                                         const int32_t*, bool, int, int, int, int, float, uint64_t,
-                                         uint64_t);
-template void attention_backward_dropout(CpuContext&, float*, const float*, const float*,
+template void attention_backward_dropout(CpuContext&, bf16*, const bf16*, const bf16*, const bf16*,
                                          const float*, const int32_t*, bool, int, int, int, int,
                                          float, uint64_t, uint64_t);
+template void attention_backward_dropout(CpuContext&, float*, const float*, const float*,
+                                         const float*, const float*, const int32_t*, bool, int, int,
+                                         int, int, float, uint64_t, uint64_t);
 
 }  // namespace collage::cpu

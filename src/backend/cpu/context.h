@@ -32,6 +32,9 @@ struct CpuContext {
   RopeTable rope;
   // Set: matmuls run as oneDNN matmuls (parallel.cpu_gemm); null: OpenBLAS on widened tiles.
   std::unique_ptr<OnednnGemm> onednn;
+  // With onednn and bf16 storage: one single-threaded engine per thread, for the products that
+  // attention computes per head inside its own OpenMP loop (onednn_gemm.h, "Threads").
+  std::vector<std::unique_ptr<OnednnGemm>> onednn_per_thread;
 };
 
 }  // namespace collage::cpu

@@ -32,6 +32,10 @@ class CpuBackend final : public BackendT<S> {
     openblas_set_num_threads(1);
     gemm_ = cpu::choose_cpu_gemm(cpu_gemm, !cpu::is_fp32_storage<S>);
     if (gemm_.onednn) cx_.onednn = std::make_unique<cpu::OnednnGemm>(cx_.threads);
+    if (gemm_.onednn && !cpu::is_fp32_storage<S>) {  // attention's (attention_onednn.cpp)
+      for (int t = 0; t < cx_.threads; t++)
+        cx_.onednn_per_thread.push_back(std::make_unique<cpu::OnednnGemm>(1));
+    }
   }
 
   std::string name() const override { return cpu::is_fp32_storage<S> ? "cpu-fp32" : "cpu"; }
@@ -130,12 +134,12 @@ class CpuBackend final : public BackendT<S> {
     cpu::attention_forward_dropout(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS, p, seed,
                                    offset);
   }
-  void do_attention_backward_dropout(S* dqkv, const S* dout, const S* /*out*/, const S* qkv,
+  void do_attention_backward_dropout(S* dqkv, const S* dout, const S* out, const S* qkv,
                                      const float* lse, const int32_t* key_mask, bool causal, int B,
                                      int T, int NH, int HS, float p, uint64_t seed,
                                      uint64_t offset) override {
-    cpu::attention_backward_dropout(cx_, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS, p,
-                                    seed, offset);
+    cpu::attention_backward_dropout(cx_, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS,
+                                    p, seed, offset);
   }
   void do_gather_rows(S* out, const S* inp, const int32_t* rows, int64_t count, int C) override {
     cpu::gather_rows(cx_, out, inp, rows, count, C);
@@ -156,12 +160,12 @@ class CpuBackend final : public BackendT<S> {
                             int B, int T, int NH, int HS) override {
     cpu::attention_forward(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS);
   }
-  // `out` is not needed: the backward recomputes Σ_j P_ij dP_ij exactly from the recomputed
-  // probabilities instead of dout·out, which would carry out's bf16 rounding.
-  void do_attention_backward(S* dqkv, const S* dout, const S* /*out*/, const S* qkv,
-                             const float* lse, const int32_t* key_mask, bool causal, int B, int T,
-                             int NH, int HS) override {
-    cpu::attention_backward(cx_, dqkv, dout, qkv, lse, key_mask, causal, B, T, NH, HS);
+  // `out` is read by the oneDNN engine's backward only (D_i = dout_i·out_i, as the tensor-core
+  // kernels); the OpenBLAS one sums D_i = Σ_j P_ij dP_ij from the recomputed probabilities.
+  void do_attention_backward(S* dqkv, const S* dout, const S* out, const S* qkv, const float* lse,
+                             const int32_t* key_mask, bool causal, int B, int T, int NH,
+                             int HS) override {
+    cpu::attention_backward(cx_, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS);
   }
 
   void do_cross_entropy_forward(float* losses, const S* logits, const int32_t* targets, int64_t N,

@@ -75,12 +75,17 @@ template <typename S>
 void rope_backward(CpuContext& cx, S* dqkv, const S* dout, int B, int T, int NH, int HS,
                    float base);
 
+// Attention (attention.cpp). With bf16 storage and oneDNN's bf16 matmuls (cx.onednn) the
+// products run as those, with the numerics of attention_onednn.cpp; otherwise as OpenBLAS sgemm
+// on fp32. `out` (B, T, C) is the forward's output, which the oneDNN backward reads for
+// D_i = dout_i·out_i; the OpenBLAS backward sums D from P and dP instead.
 template <typename S>
 void attention_forward(CpuContext& cx, S* out, float* lse, const S* qkv, const int32_t* key_mask,
                        bool causal, int B, int T, int NH, int HS);
 template <typename S>
-void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* qkv, const float* lse,
-                        const int32_t* key_mask, bool causal, int B, int T, int NH, int HS);
+void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* out, const S* qkv,
+                        const float* lse, const int32_t* key_mask, bool causal, int B, int T,
+                        int NH, int HS);
 // With dropout on the probabilities (backend.h, attention_forward_dropout): p = 0 is the
 // plain attention above, which calls these.
 template <typename S>
@@ -88,9 +93,18 @@ void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                                float p, uint64_t seed, uint64_t offset);
 template <typename S>
-void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S* qkv,
+void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S* out, const S* qkv,
                                 const float* lse, const int32_t* key_mask, bool causal, int B,
                                 int T, int NH, int HS, float p, uint64_t seed, uint64_t offset);
+// The oneDNN bf16 engine's attention (attention_onednn.cpp), which the functions above call
+// when cx.onednn is set; needs cx.onednn_per_thread (one single-threaded engine per thread).
+void attention_forward_onednn(CpuContext& cx, bf16* out, float* lse, const bf16* qkv,
+                              const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                              float p, uint64_t seed, uint64_t offset);
+void attention_backward_onednn(CpuContext& cx, bf16* dqkv, const bf16* dout, const bf16* out,
+                               const bf16* qkv, const float* lse, const int32_t* key_mask,
+                               bool causal, int B, int T, int NH, int HS, float p, uint64_t seed,
+                               uint64_t offset);
 
 template <typename S>
 void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const int32_t* targets,

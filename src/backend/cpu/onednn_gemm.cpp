@@ -3,8 +3,10 @@
 
 #include <omp.h>
 
+#include <cstdlib>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <type_traits>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -95,30 +97,54 @@ CpuGemmChoice choose_cpu_gemm(const std::string& setting, bool bf16_storage) {
 }
 
 // The cache key: everything a primitive is specialised for.
-using PrimitiveKey = std::tuple<int, int64_t, int64_t, int64_t,      // data type, M, N, K
-                                int64_t, int64_t, int64_t, int64_t,  // a, b strides
-                                int64_t, int64_t, bool, bool>;       // c strides, bias, +=
+using PrimitiveKey =
+    std::tuple<int, int, int64_t, int64_t, int64_t,  // operand, result type, M, N, K
+               int64_t, int64_t, int64_t, int64_t,   // a, b strides
+               int64_t, int64_t, bool, bool>;        // c strides, bias, +=
+
+// A cached primitive with the memory objects of its operands, pointed at each call's data.
+struct CachedMatmul {
+  dnnl::matmul primitive;
+  memory a, b, c, bias, scratchpad;
+  size_t scratchpad_bytes = 0;
+  std::unordered_map<int, memory> args;
+};
 
 struct OnednnGemm::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  std::map<PrimitiveKey, dnnl::matmul> primitives;
+  std::map<PrimitiveKey, CachedMatmul> primitives;
+  // This OnednnGemm's own scratchpad (scratchpad_mode::user), page-aligned as oneDNN's own.
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> scratchpad;
+  size_t scratchpad_bytes = 0;
+  void* scratchpad_of(size_t bytes) {
+    if (bytes > scratchpad_bytes) {
+      const size_t rounded = (bytes + 4095) / 4096 * 4096;
+      scratchpad.reset(std::aligned_alloc(4096, rounded));
+      if (!scratchpad) fail("oneDNN scratchpad: cannot allocate {} bytes", rounded);
+      scratchpad_bytes = rounded;
+    }
+    return scratchpad.get();
+  }
 };
 
 OnednnGemm::OnednnGemm(int threads) : impl_(std::make_unique<Impl>()), threads_(threads) {}
 OnednnGemm::~OnednnGemm() = default;
 
-template <typename S>
+template <typename S, typename D>
 void OnednnGemm::matmul(int64_t M, int64_t N, int64_t K, Operand<const S> a, Operand<const S> b,
-                        const S* bias, Operand<S> c, bool accumulate) {
+                        const S* bias, Operand<D> c, bool accumulate) {
+  static_assert(std::is_same_v<S, D> || std::is_same_v<D, float>, "results are S or fp32");
   if (M == 0 || N == 0) return;
-  constexpr memory::data_type dt = data_type<S>();
-  const memory::desc a_md({M, K}, dt, {a.row_stride, a.col_stride});
-  const memory::desc b_md({K, N}, dt, {b.row_stride, b.col_stride});
-  const memory::desc c_md({M, N}, dt, {c.row_stride, c.col_stride});
-  const memory::desc bias_md({1, N}, dt, {N, 1});
-
+  constexpr memory::data_type dt = data_type<S>(), result_dt = data_type<D>();
+  // oneDNN runs on this thread's OpenMP setting: the threads of this OnednnGemm, both when it
+  // builds a primitive (which plans its work split for them) and when it runs one.
+  ScopedThreads threads(threads_);
   const PrimitiveKey key{int(dt),
+                         int(result_dt),
                          M,
                          N,
                          K,
@@ -132,7 +158,12 @@ void OnednnGemm::matmul(int64_t M, int64_t N, int64_t K, Operand<const S> a, Ope
                          accumulate};
   auto found = impl_->primitives.find(key);
   if (found == impl_->primitives.end()) {
+    const memory::desc a_md({M, K}, dt, {a.row_stride, a.col_stride});
+    const memory::desc b_md({K, N}, dt, {b.row_stride, b.col_stride});
+    const memory::desc c_md({M, N}, result_dt, {c.row_stride, c.col_stride});
+    const memory::desc bias_md({1, N}, dt, {N, 1});
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (accumulate) {  // c = a·b + c, in fp32, one rounding
       dnnl::post_ops sum;
       sum.append_sum(1.0f);
@@ -140,26 +171,38 @@ void OnednnGemm::matmul(int64_t M, int64_t N, int64_t K, Operand<const S> a, Ope
     }
     const dnnl::matmul::desc desc =
         bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+    CachedMatmul entry;
     try {
-      found =
-          impl_->primitives
-              .emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, impl_->engine)))
-              .first;
+      const dnnl::matmul::primitive_desc pd(desc, attr, impl_->engine);
+      entry.primitive = dnnl::matmul(pd);
+      entry.scratchpad = memory(pd.scratchpad_desc(), impl_->engine, nullptr);
+      entry.scratchpad_bytes = pd.scratchpad_desc().get_size();
     } catch (const dnnl::error& e) {
-      fail("oneDNN cannot multiply ({} x {}) by ({} x {}) in {}: {}", M, K, K, N,
-           dt == memory::data_type::f32 ? "f32" : "bf16", e.what());
+      fail("oneDNN cannot multiply ({} x {}) by ({} x {}) in {} to {}: {}", M, K, K, N,
+           dt == memory::data_type::f32 ? "f32" : "bf16",
+           result_dt == memory::data_type::f32 ? "f32" : "bf16", e.what());
     }
+    entry.a = memory(a_md, impl_->engine, nullptr);
+    entry.b = memory(b_md, impl_->engine, nullptr);
+    entry.c = memory(c_md, impl_->engine, nullptr);
+    entry.args = {{DNNL_ARG_SRC, entry.a}, {DNNL_ARG_WEIGHTS, entry.b}, {DNNL_ARG_DST, entry.c}};
+    if (bias) {
+      entry.bias = memory(bias_md, impl_->engine, nullptr);
+      entry.args.emplace(DNNL_ARG_BIAS, entry.bias);
+    }
+    if (entry.scratchpad_bytes > 0) entry.args.emplace(DNNL_ARG_SCRATCHPAD, entry.scratchpad);
+    found = impl_->primitives.emplace(key, std::move(entry)).first;
     created_++;
   }
+  CachedMatmul& m = found->second;
   // oneDNN takes non-const handles; it does not write the source operands.
-  memory a_mem(a_md, impl_->engine, const_cast<S*>(a.data));
-  memory b_mem(b_md, impl_->engine, const_cast<S*>(b.data));
-  memory c_mem(c_md, impl_->engine, c.data);
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, impl_->engine, const_cast<S*>(bias)));
-  ScopedThreads threads(threads_);
-  found->second.execute(impl_->stream, args);
+  m.a.set_data_handle(const_cast<S*>(a.data));
+  m.b.set_data_handle(const_cast<S*>(b.data));
+  m.c.set_data_handle(c.data);
+  if (bias) m.bias.set_data_handle(const_cast<S*>(bias));
+  if (m.scratchpad_bytes > 0)
+    m.scratchpad.set_data_handle(impl_->scratchpad_of(m.scratchpad_bytes));
+  m.primitive.execute(impl_->stream, m.args);
   impl_->stream.wait();
 }
 
@@ -167,5 +210,7 @@ template void OnednnGemm::matmul(int64_t, int64_t, int64_t, Operand<const bf16>,
                                  Operand<const bf16>, const bf16*, Operand<bf16>, bool);
 template void OnednnGemm::matmul(int64_t, int64_t, int64_t, Operand<const float>,
                                  Operand<const float>, const float*, Operand<float>, bool);
+template void OnednnGemm::matmul(int64_t, int64_t, int64_t, Operand<const bf16>,
+                                 Operand<const bf16>, const bf16*, Operand<float>, bool);
 
 }  // namespace collage::cpu

@@ -7,10 +7,18 @@
 // faster than widening to fp32 for OpenBLAS sgemm (matmul.cpp). Elsewhere oneDNN has no bf16
 // matmul and the OpenBLAS path stays: parallel.cpu_gemm chooses (choose_cpu_gemm).
 //
-// One primitive is created per shape (and transposition, bias, accumulation) and cached:
-// creating one costs far more than running a small one. Operands are plain row-major memory
+// One primitive is created per shape (and transposition, bias, accumulation, result type) and
+// cached with its memory objects: creating one costs far more than running a small one, and a
+// call then only points the cached objects at its operands. Operands are plain row-major memory
 // described by strides, so a transposed operand (weightᵀ in the forward, doutᵀ for dweight) is
 // only a different stride, never a copy.
+//
+// Threads. An OnednnGemm is used by one thread at a time and runs each matmul on its `threads`
+// OpenMP threads. Attention multiplies per head inside its own OpenMP loop, so it takes one
+// single-threaded OnednnGemm per thread of that loop (CpuContext::onednn_per_thread). That is
+// safe because every OnednnGemm passes oneDNN its own scratchpad (scratchpad_mode::user): two
+// OnednnGemm may hold the same primitive from oneDNN's global cache, which with its own
+// scratchpad could not run in two threads at once.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,10 +61,11 @@ class OnednnGemm {
   OnednnGemm& operator=(const OnednnGemm&) = delete;
 
   // c (M, N) = a (M, K) · b (K, N) [+ bias (N)] [+ c if accumulate], accumulated in fp32 and
-  // rounded to S once. S: bf16 or float.
-  template <typename S>
+  // rounded to D once. S: bf16 or float; D: S, or float for bf16 operands (attention's scores
+  // and products, which stay fp32).
+  template <typename S, typename D = S>
   void matmul(int64_t M, int64_t N, int64_t K, Operand<const S> a, Operand<const S> b,
-              const S* bias, Operand<S> c, bool accumulate);
+              const S* bias, Operand<D> c, bool accumulate);
 
   int64_t primitives_created() const { return created_; }  // for tests of the cache
 
