@@ -1,14 +1,10 @@
 #include "plan/model_flops.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
-#include <omp.h>
-
-#include <algorithm>
-#include <chrono>
-#include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm_peak.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "dist/backend_choice.h"
 #include "model/model_family.h"
 
@@ -58,38 +54,19 @@ DevicePeak gpu_peak(const std::string& device_name) {
                          device_name.empty() ? "this GPU" : device_name)};
 }
 
-DevicePeak measure_cpu_peak(int threads) {
-  if (threads <= 0) threads = omp_get_max_threads();
-  // As the cpu backend multiplies (src/backend/cpu/gemm.h): OpenMP threads, each calling a
-  // single-threaded sgemm on its own operands. OpenBLAS's own thread pool would compete with
-  // the OpenMP threads a training has left spinning and measure half the machine.
-  constexpr int n = 1024;
-  const int previous_threads = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-  std::vector<std::vector<float>> buffers(3 * threads, std::vector<float>(size_t(n) * n, 0.5f));
-  double best_seconds = 1e30;
-  for (int repeat = 0; repeat < 11; repeat++) {  // the first warms the caches and the threads
-    const auto start = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, buffers[3 * t].data(),
-                  n, buffers[3 * t + 1].data(), n, 0.0f, buffers[3 * t + 2].data(), n);
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (repeat > 0) best_seconds = std::min(best_seconds, seconds);
-  }
-  openblas_set_num_threads(previous_threads);
-  const double flops = 2.0 * n * n * n * threads / best_seconds;
-  return {flops, fmt::format("cpu: OpenBLAS fp32 sgemm measured at {} ({}^3 per thread, {} "
-                             "thread{})",
-                             format_flop_rate(flops), n, threads, threads == 1 ? "" : "s")};
-}
-
-DevicePeak backend_peak(const std::string& backend_name, int threads, int device) {
+DevicePeak backend_peak(const std::string& backend_name, const ParallelConfig& parallel,
+                        int device) {
   if (backend_name == "cuda") return gpu_peak(cuda_device_name(device));
-  return measure_cpu_peak(threads);  // cpu, and cuda-emulated's kernels run on the CPU
+  // cuda-emulated's kernels run on the CPU and its cuBLASLt calls become OpenBLAS sgemm
+  // (src/backend/cuda/runtime/gemm_emulated.cpp); the cpu backend (bf16 storage) multiplies
+  // with the engine parallel.cpu_gemm resolves to on this CPU, as make_cpu_backend does.
+  const cpu::GemmEngine engine =
+      backend_name == "cpu"
+          ? cpu::gemm_engine(cpu::choose_cpu_gemm(parallel.cpu_gemm, /*bf16_storage=*/true), true)
+          : cpu::GemmEngine::openblas_sgemm;
+  const cpu::GemmPeak peak = cpu::measure_gemm_peak(engine, parallel.threads);
+  return {peak.flops, fmt::format("cpu: {} measured at {} ({})", cpu::gemm_engine_name(engine),
+                                  format_flop_rate(peak.flops), peak.measurement)};
 }
 
 std::string format_flop_rate(double flops_per_second) {

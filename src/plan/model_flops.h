@@ -52,14 +52,13 @@ struct DevicePeak {
 // H100 PCIe 756, H100 NVL 835, H200 989. flops 0 for any other GPU, its source saying so.
 DevicePeak gpu_peak(const std::string& device_name);
 
-// The fp32 sgemm rate of this CPU, as the cpu backends' peak: `threads` OpenMP threads (0:
-// all) each multiplying its own 1024×1024 matrices with single-threaded OpenBLAS, as the cpu
-// backend's GEMMs run; the best of ten after a warm-up, about 0.2 s of work.
-DevicePeak measure_cpu_peak(int threads);
-
-// The peak of a rank's backend: the GPU's datasheet figure for cuda, the measured sgemm rate
-// for cpu and cuda-emulated (which run on the CPU).
-DevicePeak backend_peak(const std::string& backend_name, int threads, int device);
+// The peak of a rank's backend: the GPU's datasheet figure for cuda; for the backends that run
+// on the CPU, the best rate of the GEMM engine they multiply with, measured now the way they run
+// it (src/backend/cpu/gemm_peak.h, about half a second): cpu's as parallel.cpu_gemm resolves on
+// this CPU (a oneDNN bf16 matmul where oneDNN multiplies bf16, else OpenBLAS fp32 sgemm),
+// cuda-emulated's OpenBLAS sgemm. `source` names the engine, its rate and how it was measured.
+DevicePeak backend_peak(const std::string& backend_name, const ParallelConfig& parallel,
+                        int device);
 
 // "41.3 TFLOP/s", "87.2 GFLOP/s": a FLOP rate in the unit that reads best.
 std::string format_flop_rate(double flops_per_second);

@@ -226,7 +226,7 @@ void add_rates(const Config& config, int64_t num_parameters, BenchResult& r) {
   r.tokens_per_s = B * T / (r.step_ms / 1e3);
   r.model_gflop = model_flops(config).per_sequence() * B / 1e9;
   r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
-  const DevicePeak peak = backend_peak(r.backend, config.parallel.threads, 0);
+  const DevicePeak peak = backend_peak(r.backend, config.parallel, 0);
   r.peak_gflops = peak.flops / 1e9;
   r.peak_source = peak.source;
 }

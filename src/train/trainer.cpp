@@ -336,7 +336,7 @@ void open_records(Run& run, bool resuming) {
   run.flops = model_flops(config);
   run.flops_per_step = run.flops.per_sequence() * config.training.global_batch_size;
   if (run.lead) {
-    run.peak = backend_peak(run.backend_name, config.parallel.threads, node_local_rank());
+    run.peak = backend_peak(run.backend_name, config.parallel, node_local_rank());
     spdlog::info(
         "model FLOPs: {:.3g} per token (6N + 12LTC, N = {:.4g}M), {:.3g} per step; MFU "
         "against {}",

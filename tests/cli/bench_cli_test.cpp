@@ -1,7 +1,7 @@
-// `collage bench`: one column per --shapes entry, the GEMM engine and the optimizer loop named
-// (COLLAGE_CPU_OPTIMIZER checked), the optimizer's bytes and rate, and shapes that cannot run
-// refused with the value named; encoders timed on a synthetic masked-LM batch; --profile's op
-// families adding up to the step's launches.
+// `collage bench`: one column per --shapes entry, the GEMM engine and its peak named, the
+// optimizer loop named (COLLAGE_CPU_OPTIMIZER checked), the optimizer's bytes and rate, and
+// shapes that cannot run refused with the value named; encoders timed on a synthetic masked-LM
+// batch; --profile's op families adding up to the step's launches.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -42,6 +42,25 @@ TEST(BenchCli, NamesTheOptimizerLoopAndRefusesAnUnknownOne) {
                                 "baseline)"),
             std::string::npos)
       << unknown.output;
+}
+
+// MFU is against the measured peak of the engine that multiplied (src/plan/model_flops.h): the
+// footnote names the engine the "GEMMs:" line names, whichever parallel.cpu_gemm chose.
+TEST(BenchCli, PeakIsTheRateOfTheGemmEngineThatRan) {
+  for (const char* setting : {"auto", "openblas"}) {
+    SCOPED_TRACE(setting);
+    const CommandResult bench =
+        run_collage("bench " + kTiny + " --set parallel.cpu_gemm=" + setting +
+                    " --shapes 1x16 --steps 1 --warmup 0");
+    ASSERT_EQ(bench.exit_code, 0) << bench.output;
+    const bool onednn = bench.output.find("GEMMs: oneDNN bf16 matmul (") != std::string::npos;
+    if (std::string(setting) == "openblas") EXPECT_FALSE(onednn) << bench.output;
+    if (!onednn) EXPECT_NE(bench.output.find("GEMMs: OpenBLAS sgemm"), std::string::npos);
+    EXPECT_NE(bench.output.find(onednn ? "\nPeak: cpu: oneDNN bf16 matmul measured at "
+                                       : "\nPeak: cpu: OpenBLAS fp32 sgemm measured at "),
+              std::string::npos)
+        << bench.output;
+  }
 }
 
 TEST(BenchCli, BadShapesAreRefusedNamingThem) {

@@ -8,10 +8,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <utility>
 
+#include "backend/cpu/onednn_gemm.h"
 #include "config/architecture.h"
 #include "config/config.h"
+#include "core/error.h"
 #include "model/trainable_model.h"
 
 namespace collage {
@@ -121,12 +125,34 @@ TEST(ModelFlops, GpuPeaksComeFromTheDatasheetTable) {
   EXPECT_NE(unknown.source.find("RTX 4090"), std::string::npos) << unknown.source;
 }
 
-TEST(ModelFlops, CpuPeakIsAMeasuredSgemmRate) {
-  const DevicePeak peak = measure_cpu_peak(1);
-  EXPECT_GT(peak.flops, 1e8);  // any CPU that runs the suite does more than 0.1 GFLOP/s
-  EXPECT_NE(peak.source.find("sgemm"), std::string::npos) << peak.source;
-  EXPECT_NE(peak.source.find("1 thread"), std::string::npos) << peak.source;
-  EXPECT_EQ(backend_peak("cpu", 1, 0).source.find("cpu: OpenBLAS"), 0u);
+// The cpu backends' peak is the measured rate of the engine that multiplies: the one
+// parallel.cpu_gemm resolves to for the cpu backend, OpenBLAS sgemm for cuda-emulated (its
+// cuBLASLt calls become sgemm), whatever parallel.cpu_gemm says.
+TEST(ModelFlops, CpuPeakIsTheMeasuredRateOfTheEngineThatRuns) {
+  const bool onednn_bf16 = cpu::onednn_support().bf16_matmul;
+  const std::string sgemm = "cpu: OpenBLAS fp32 sgemm measured at ";
+  const std::string onednn = "cpu: oneDNN bf16 matmul measured at ";
+  ParallelConfig parallel;
+  parallel.threads = 1;
+  parallel.cpu_gemm = "onednn";
+  const DevicePeak emulated = backend_peak("cuda-emulated", parallel, 0);
+  EXPECT_EQ(emulated.source.find(sgemm), 0u) << emulated.source;
+  const std::pair<const char*, std::string> expected[] = {
+      {"auto", onednn_bf16 ? onednn : sgemm}, {"openblas", sgemm}, {"onednn", onednn}};
+  for (const auto& [setting, source] : expected) {
+    SCOPED_TRACE(setting);
+    parallel.cpu_gemm = setting;
+    if (source == onednn && !onednn_bf16) {  // refused, as make_cpu_backend refuses it
+      EXPECT_THROW(backend_peak("cpu", parallel, 0), Error);
+      continue;
+    }
+    const DevicePeak peak = backend_peak("cpu", parallel, 0);
+    EXPECT_TRUE(std::isfinite(peak.flops) && peak.flops > 0) << peak.flops;
+    EXPECT_EQ(peak.source.find(source), 0u) << peak.source;
+    EXPECT_NE(peak.source.find(format_flop_rate(peak.flops) + " ("), std::string::npos)
+        << peak.source;
+    EXPECT_NE(peak.source.find(", 1 thread"), std::string::npos) << peak.source;
+  }
 }
 
 TEST(ModelFlops, RatesReadInTheirUnit) {

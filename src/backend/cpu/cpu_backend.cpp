@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm_peak.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optimizer_isa.h"
 #include "backend/cpu/storage.h"
@@ -40,10 +41,13 @@ class CpuBackend final : public BackendT<S> {
 
   std::string name() const override { return cpu::is_fp32_storage<S> ? "cpu-fp32" : "cpu"; }
   std::string gemm_engine() const override {
-    const char* engine = !gemm_.onednn             ? "OpenBLAS sgemm on fp32-widened tiles"
-                         : cpu::is_fp32_storage<S> ? "oneDNN f32 matmul"
-                                                   : "oneDNN bf16 matmul";
-    return fmt::format("{} ({})", engine, gemm_.reason);
+    // The same resolution as the peak MFU is measured against (gemm_peak.h).
+    const cpu::GemmEngine engine = cpu::gemm_engine(gemm_, !cpu::is_fp32_storage<S>);
+    return fmt::format("{} ({})",
+                       engine == cpu::GemmEngine::openblas_sgemm
+                           ? "OpenBLAS sgemm on fp32-widened tiles"
+                           : cpu::gemm_engine_name(engine),
+                       gemm_.reason);
   }
   std::string optimizer_engine() const override { return cpu::optimizer_loop_description(); }
 
