@@ -25,12 +25,13 @@ void add_bench_command(CLI::App& root) {
       "dropout on): forward, backward and optimizer ms, the optimizer's bytes moved and GB/s,\n"
       "tokens/s, model GFLOP/s and MFU (the trainer's count, docs/ARCHITECTURE.md \"Model\n"
       "FLOPs and MFU\") on the backend of parallel.backend (auto, cpu, cuda, cuda-emulated). On\n"
-      "cpu: which GEMM engine ran and why (parallel.cpu_gemm), beside the same step's matrix\n"
-      "products run as plain fp32 sgemm on the same threads; on cuda and cuda-emulated, with\n"
-      "the kernel launches and host waits per step, and with --profile the time and launches\n"
-      "of each op family. The step uses training.micro_batch_size sequences of data.seq_len\n"
-      "tokens, or each of --shapes (a column each). Example (GPT-2 124M, a small step and a\n"
-      "GEMM-dominated one):\n"
+      "cpu: which GEMM engine ran and why (parallel.cpu_gemm), MFU against that engine's best\n"
+      "rate measured at start (a oneDNN bf16 matmul or OpenBLAS sgemm: the Peak: line says\n"
+      "which), and the same step's matrix products run as plain fp32 sgemm on the same\n"
+      "threads; on cuda and cuda-emulated, with the kernel launches and host waits per step,\n"
+      "and with --profile the time and launches of each op family. The step uses\n"
+      "training.micro_batch_size sequences of data.seq_len tokens, or each of --shapes (a\n"
+      "column each). Example (GPT-2 124M, a small step and a GEMM-dominated one):\n"
       "  collage bench configs/gpt/125m.yaml --set parallel.threads=2 --shapes 4x64,8x512");
   cmd->add_option("config", options->config_path, "YAML config file")
       ->required()

@@ -27,9 +27,9 @@ struct Timing {
 
 // `run` once untimed (it warms the caches and the OpenMP threads, and creates oneDNN's
 // primitive), then timed: at least 3 and at most 10 times, stopping once 0.25 s were timed, so
-// that the measurement takes a few tenths of a second whether a repetition takes 2 ms (AMX) or
-// 150 ms (bf16 emulated on AVX-512). The best repetition is the one the machine least
-// disturbed.
+// that the measurement takes a few tenths of a second whether a repetition takes milliseconds
+// (AMX) or 70 ms (bf16 emulated on AVX-512: 59 GFLOP/s on 2 threads of the development VM). The
+// best repetition is the one the machine least disturbed.
 template <typename Run>
 Timing time_best(Run run) {
   run();

@@ -3,10 +3,11 @@
 // on the cpu and cuda-emulated backends (docs/ARCHITECTURE.md, "Model FLOPs and MFU").
 //
 // Each engine is measured the way the backend runs it, so that the step's GEMMs can at best
-// reach it and MFU stays below 100%: OpenBLAS as one single-threaded sgemm per OpenMP thread on
-// that thread's own operands (matmul.cpp tiles the backend's products so), oneDNN as one
-// matmul primitive over all the backend's OpenMP threads (OnednnGemm), in the storage type:
-// bf16 operands, fp32 accumulation and bf16 output for the bf16 backend.
+// reach it and MFU stays below 100% while the machine's speed holds: OpenBLAS as one
+// single-threaded sgemm per OpenMP thread on that thread's own operands (matmul.cpp tiles the
+// backend's products so), oneDNN as one matmul primitive over all the backend's OpenMP threads
+// (OnednnGemm), in the storage type: bf16 operands, fp32 accumulation and bf16 output for the bf16
+// backend.
 //
 // Size: both do 1024³ multiply-adds per thread, oneDNN as one (1024·threads × 1024) ·
 // (1024 × 1024) product. A 1024³ product does 2·1024³ FLOPs on 3·1024² operands, ~340 FLOPs a
