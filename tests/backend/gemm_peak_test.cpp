@@ -25,7 +25,7 @@ std::string without_onednn_bf16() {
   const cpu::OnednnSupport& support = cpu::onednn_support();
   if (support.bf16_matmul) return "";
   return "oneDNN has no bf16 matmul on this CPU (its ISA is " + support.isa +
-         "; AMX-BF16 or AVX512-BF16 needed): the cpu backend multiplies with OpenBLAS here";
+         "; AVX-512 needed): the cpu backend multiplies with OpenBLAS here";
 }
 
 // How the backend's gemm_engine() begins for `engine`.

@@ -81,11 +81,12 @@ CpuGemmChoice choose_cpu_gemm(const std::string& setting, bool bf16_storage) {
   const OnednnSupport& s = onednn_support();
   const bool can = !bf16_storage || s.bf16_matmul;
   if (setting == "onednn") {
-    COLLAGE_CHECK(can,
-                  "parallel.cpu_gemm: onednn needs a bf16 matmul, which oneDNN does not have on "
-                  "this CPU (its effective ISA is {}; bf16 needs AVX512-BF16 or AMX-BF16): use "
-                  "auto or openblas",
-                  s.isa);
+    COLLAGE_CHECK(
+        can,
+        "parallel.cpu_gemm: onednn needs a bf16 matmul, which oneDNN does not have on "
+        "this CPU (its effective ISA is {}; bf16 needs AVX-512, avx512_core or above): use "
+        "auto or openblas",
+        s.isa);
     return {true, "parallel.cpu_gemm: onednn, oneDNN ISA " + s.isa};
   }
   COLLAGE_CHECK(setting == "auto", "parallel.cpu_gemm: '{}' is not auto, onednn or openblas",
@@ -93,7 +94,7 @@ CpuGemmChoice choose_cpu_gemm(const std::string& setting, bool bf16_storage) {
   if (!bf16_storage) return {false, "auto: the fp32 reference backend keeps OpenBLAS"};
   if (s.bf16_matmul) return {true, "auto: oneDNN multiplies bf16 on this CPU (ISA " + s.isa + ")"};
   return {false, "auto: oneDNN's ISA here is " + s.isa +
-                     ", without bf16 matmuls (they need AVX512-BF16 or AMX-BF16)"};
+                     ", without bf16 matmuls (they need AVX-512: avx512_core or above)"};
 }
 
 // The cache key: everything a primitive is specialised for.
