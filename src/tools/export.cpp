@@ -150,8 +150,10 @@ CheckpointWeights read_checkpoint_weights(const std::string& checkpoint) {
 
 HfNaming export_naming(const ModelConfig& config, bool collage_names) {
   HfNaming naming = hf_naming(config);
-  if (collage_names && !naming.model_class.empty())
-    naming = {.reason = "--names collage: collage's own names and shapes"};
+  if (collage_names && !naming.model_class.empty()) {
+    naming = HfNaming{};
+    naming.reason = "--names collage: collage's own names and shapes";
+  }
   return naming;
 }
 
