@@ -175,6 +175,8 @@ struct KahanStep : Bf16Adam {
 struct StochasticStep : Bf16Adam {
   uint64_t seed;
   int64_t t, offset;
+  // offset + i modulo 2^64, as rounding_noise16 takes it: no signed overflow for any offset.
+  int64_t index(int64_t i) const { return int64_t(uint64_t(offset) + uint64_t(i)); }
   template <typename B>
   auto at(int64_t i) const {
     B th, g, mi, vi;
@@ -182,11 +184,11 @@ struct StochasticStep : Bf16Adam {
     auto edq = [&] {
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
       if constexpr (!std::is_same_v<B, cm::bfloat>) {
-        return cm::step_stochastic(th, g, mi, vi, s, seed, t, cm::LaneIndices{offset + i});
+        return cm::step_stochastic(th, g, mi, vi, s, seed, t, cm::LaneIndices{index(i)});
       } else
 #endif
       {
-        return cm::step_stochastic(th, g, mi, vi, s, seed, t, offset + i);
+        return cm::step_stochastic(th, g, mi, vi, s, seed, t, index(i));
       }
     }();
     store_at(i, th, mi, vi);
