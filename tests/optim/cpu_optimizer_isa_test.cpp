@@ -26,22 +26,6 @@ using cpu::OptimizerLoop;
 constexpr int64_t kN = 2 * cpu::kOptimizerChunk + 1000 + 37;
 constexpr int64_t kChunks = (kN + cpu::kOptimizerChunk - 1) / cpu::kOptimizerChunk;
 
-// A bf16 for a component at `scale`: an ordinary value most of the time, else an edge.
-uint16_t component(Bf16Random& r, double scale, bool positive) {
-  switch (r.integer(0, 19)) {
-    case 0:
-      return uint16_t(r.engine()());  // any pattern: NaN, ±inf, subnormals included
-    case 1:
-      return uint16_t(r.integer(0, 1) << 15);  // ±0
-    case 2:
-      return uint16_t(r.integer(0, 0x807f) & 0x807f);  // subnormal
-    default: {
-      const double x = r.normal() * scale * std::pow(10.0, r.uniform(-2, 1));
-      return bits_of(rb(positive ? std::fabs(x) : x));
-    }
-  }
-}
-
 // One tensor's storage: param and grad in the storage type, the state components as bytes.
 struct Tensor {
   std::vector<uint8_t> param, grad;

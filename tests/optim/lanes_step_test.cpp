@@ -27,22 +27,6 @@ using math::kLanes;
 
 enum class Strategy { bf16, light, plus, kahan, stochastic };
 
-// A bf16 for a component at `scale`: an ordinary value most of the time, else an edge.
-uint16_t component(Bf16Random& r, double scale, bool positive) {
-  switch (r.integer(0, 19)) {
-    case 0:
-      return uint16_t(r.engine()());  // any pattern: NaN, ±inf, subnormals included
-    case 1:
-      return uint16_t(r.integer(0, 1) << 15);  // ±0
-    case 2:
-      return uint16_t(r.integer(0, 0x807f) & 0x807f);  // subnormal
-    default: {
-      const double x = r.normal() * scale * std::pow(10.0, r.uniform(-2, 1));
-      return bits_of(rb(positive ? std::fabs(x) : x));
-    }
-  }
-}
-
 struct Elements {
   std::vector<uint16_t> theta, grad, m, v, extra, dv;
 };

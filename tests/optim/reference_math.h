@@ -106,4 +106,21 @@ class Bf16Random {
   std::mt19937_64 rng_;
 };
 
+// A bf16 optimizer component (θ, g, a moment...) at `scale`: an ordinary value most of the
+// time, else an edge: any bit pattern (NaN, ±inf), ±0 or a subnormal.
+inline uint16_t component(Bf16Random& r, double scale, bool positive) {
+  switch (r.integer(0, 19)) {
+    case 0:
+      return uint16_t(r.engine()());  // any pattern: NaN, ±inf, subnormals included
+    case 1:
+      return uint16_t(r.integer(0, 1) << 15);  // ±0
+    case 2:
+      return uint16_t(r.integer(0, 0x807f) & 0x807f);  // subnormal
+    default: {
+      const double x = r.normal() * scale * std::pow(10.0, r.uniform(-2, 1));
+      return bits_of(rb(positive ? std::fabs(x) : x));
+    }
+  }
+}
+
 }  // namespace collage::test
