@@ -42,7 +42,7 @@ inline namespace COLLAGE_ISA_NAMESPACE {
 
 constexpr int kLanes = 64;                            // elements per lane vector
 constexpr int kLaneRegisters = kLanes / reg::kWidth;  // 8 (AVX2) or 4 (AVX-512)
-static_assert(kLanes % reg::kWidth == 0);
+static_assert(kLanes % (2 * reg::kWidth) == 0, "stores go by pairs of registers");
 
 // Calls f(k) for every register k of a lane vector, unrolled at compile time. As a plain
 // loop GCC -O2 does not unroll it, and every operation then runs a loop over a lane vector
@@ -86,7 +86,9 @@ inline Bf16Lanes load_bf16_lanes(const uint16_t* p) {
   return x;
 }
 inline void store_bf16_lanes(uint16_t* p, Bf16Lanes x) {
-  for_each_register([&](int k) { reg::store_bf16(p + reg::kWidth * k, x.r[k]); });
+  for_each_register([&](int k) {
+    if (k % 2 == 0) reg::store_bf16_pair(p + reg::kWidth * k, x.r[k], x.r[k + 1]);
+  });
 }
 inline F32Lanes load_f32_lanes(const float* p) {
   F32Lanes x;
@@ -158,6 +160,13 @@ inline Bf16Lanes fma_rn(Bf16Lanes a, Bf16Lanes b, Bf16Lanes c) {
   return rn(f32_fma(to_f32(a), to_f32(b), to_f32(c)));
 }
 
+// lookup_by_bf16 of bf16_math.h in every lane (a gather).
+inline F32Lanes lookup_by_bf16(const float* table, Bf16Lanes x) {
+  F32Lanes out;
+  for_each_register([&](int k) { out.r[k] = reg::lookup_by_bf16(table, x.r[k]); });
+  return out;
+}
+
 // ---- stochastic rounding ----
 
 // The element indices first, first+1, ..., first+kLanes−1 of one lane vector.
@@ -177,8 +186,9 @@ inline U32Lanes rounding_noise16(uint64_t seed, int64_t t, LaneIndices indices) 
   return noise;
 }
 
-// round_stochastic of bf16_math.h, lane-wise: add the noise to the bits and truncate; lanes
-// holding ±inf or NaN take rn(x) instead (a select, not a branch).
+// round_stochastic of bf16_math.h, lane-wise, with the noise of rounding_noise16 (below 2^16):
+// add the noise to the bits and truncate; NaN lanes become the canonical NaN (a select, not a
+// branch), as rn(x) makes them in the scalar function.
 inline Bf16Lanes round_stochastic(F32Lanes x, U32Lanes noise16) {
   Bf16Lanes out;
   for_each_register([&](int k) { out.r[k] = reg::round_stochastic(x.r[k], noise16.r[k]); });

@@ -141,6 +141,9 @@ COLLAGE_HD inline bfloat fma_rn(bfloat a, bfloat b, bfloat c) {
   return rn(f32_fma(to_f32(a), to_f32(b), to_f32(c)));
 }
 COLLAGE_HD inline bfloat neg(bfloat a) { return bf16_from_bits(uint16_t(bf16_bits(a) ^ 0x8000u)); }
+// table[b] for the 16 bits b of x: a per-step function of a bf16 value, tabulated (host only;
+// collage_math.h's adam_direction).
+inline float lookup_by_bf16(const float* table, bfloat x) { return table[bf16_bits(x)]; }
 
 // ---- stochastic rounding (the `stochastic` strategy) ----
 

@@ -42,6 +42,9 @@ struct AdamScalars {
   float sqrt_bc2;                  // sqrt(bc2)               (torch order)
   bfloat beta2_hi, beta2_lo;       // bh = rn(β2), bl = rn(β2 − bh), β2 − bh in double
   bool hf_order;                   // false: torch order (GPT), true: hf order (BERT)
+  // Host lane loop only, else null: entry b = 1 / adam_denominator(bf16 with bits b), one fp32
+  // division each, filled per step by adam_lanes.h, which then divides by multiplying.
+  const float* reciprocal_denominators = nullptr;
 };
 
 // Host only: bc1 = 1 − β1^t, bc2 = 1 − β2^t in double (t ≥ 1, β < 1 checked by the caller).
@@ -104,30 +107,57 @@ COLLAGE_HD inline McfOf<B> second_moment_plus(McfOf<B> v, B g, const AdamScalars
 }
 
 // ---- the update u (weight decay folded in) ----
+// a = div_rn(numerator(m), denominator(v)). The denominator depends on v and the step's
+// scalars only, which lets the cpu loop tabulate it for every bf16 v (adam_lanes.h).
 
-// torch order: denom = rn(rn(rn(sqrt(v)) / sqrt(bc2)) + eps); a = rn(rn(m·(−lr/bc1)) / denom)
+// torch order: denom = rn(rn(rn(sqrt(v)) / sqrt(bc2)) + eps); numer = rn(m·(−lr/bc1))
 template <typename B>
-COLLAGE_HD inline B adam_direction_torch(B m, B v, const AdamScalars& s) {
+COLLAGE_HD inline B adam_denominator_torch(B v, const AdamScalars& s) {
   const B root = sqrt_rn(v);
   const B corrected = rn(f32_div(to_f32(root), s.sqrt_bc2));
-  const B denom = rn(f32_add(to_f32(corrected), s.eps));
-  const B numer = rn(f32_mul(to_f32(m), s.neg_lr_over_bc1));
-  return div_rn(numer, denom);
+  return rn(f32_add(to_f32(corrected), s.eps));
 }
 
-// hf order: denom = rn(rn(sqrt(v)) + eps); a = rn(rn(m·(−lr·sqrt(bc2)/bc1)) / denom)
+// hf order: denom = rn(rn(sqrt(v)) + eps); numer = rn(m·(−lr·sqrt(bc2)/bc1))
 template <typename B>
-COLLAGE_HD inline B adam_direction_hf(B m, B v, const AdamScalars& s) {
+COLLAGE_HD inline B adam_denominator_hf(B v, const AdamScalars& s) {
   const B root = sqrt_rn(v);
-  const B denom = rn(f32_add(to_f32(root), s.eps));
-  const B numer = rn(f32_mul(to_f32(m), s.neg_lr_sqrt_bc2_over_bc1));
-  return div_rn(numer, denom);
+  return rn(f32_add(to_f32(root), s.eps));
+}
+
+template <typename B>
+COLLAGE_HD inline B adam_denominator(B v, const AdamScalars& s) {
+  return s.hf_order ? adam_denominator_hf(v, s) : adam_denominator_torch(v, s);
+}
+
+template <typename B>
+COLLAGE_HD inline B adam_numerator(B m, const AdamScalars& s) {
+  return rn(f32_mul(to_f32(m), s.hf_order ? s.neg_lr_sqrt_bc2_over_bc1 : s.neg_lr_over_bc1));
+}
+
+// a = numer / denom, rounded once to bf16. With s.reciprocal_denominators (the cpu loop),
+// a = rn(numer · r[v]) where r[v] = f32_div(1, denom(v)): the same bits without a division
+// per element. For bf16 n and d, rn(n · RN32(1/d)) == rn(n / d) unless d is a nonzero
+// subnormal whose reciprocal overflows fp32 (|d| ≤ 2^-128, which no table holds: see
+// fill_reciprocal_denominators). Why, in short: n·RN32(1/d) is within 2^-23 of n/d
+// relatively, while a quotient of two 8-bit significands is never a bf16 midpoint and lies
+// farther than that from every one, so both round to the same bf16; zeros, infinities and
+// NaN come out alike. tests/optim/reciprocal_denominators_test.cpp checks all 2^32 pairs (n, d).
+template <typename B>
+COLLAGE_HD inline B adam_direction(B m, B v, const AdamScalars& s) {
+  const B numer = adam_numerator(m, s);
+#ifndef __CUDA_ARCH__
+  if (s.reciprocal_denominators) {
+    return rn(f32_mul(to_f32(numer), lookup_by_bf16(s.reciprocal_denominators, v)));
+  }
+#endif
+  return div_rn(numer, adam_denominator(v, s));
 }
 
 // u = rn(a − rn(θ·(lr·wd))), a from the moments just updated.
 template <typename B>
 COLLAGE_HD inline B adamw_update(B m, B v, B theta, const AdamScalars& s) {
-  const B a = s.hf_order ? adam_direction_hf(m, v, s) : adam_direction_torch(m, v, s);
+  const B a = adam_direction(m, v, s);
   const B decay = rn(f32_mul(to_f32(theta), s.lr_wd));
   return sub_rn(a, decay);
 }

@@ -43,61 +43,73 @@ inline F32 negate(F32 a) {  // flips the sign bit, NaN included
       _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int(0x80000000u))));
 }
 
-// kWidth bf16 at p (no alignment needed) as the fp32 of the same value, and back: x must hold
-// bf16 values (low 16 bits zero).
+// kWidth bf16 at p (no alignment needed) as the fp32 of the same value; store_bf16_pair is the
+// way back, two registers at a time, which must hold bf16 values (low 16 bits zero).
 inline F32 load_bf16(const uint16_t* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
-inline void store_bf16(uint16_t* p, F32 x) {
-  const __m512i high = _mm512_srli_epi32(_mm512_castps_si512(x), 16);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(high));
+// 2·kWidth bf16: a's lanes, then b's. One two-source word permute picks the high halves (three
+// micro-ops on Ice Lake, where two shifts and two narrowing moves take six).
+inline void store_bf16_pair(uint16_t* p, F32 a, F32 b) {
+  const __m512i high_halves =
+      _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,
+                        0x001b0019, 0x001f001d, 0x00230021, 0x00270025, 0x002b0029, 0x002f002d,
+                        0x00330031, 0x00370035, 0x003b0039, 0x003f003d);
+  _mm512_storeu_si512(
+      p, _mm512_permutex2var_epi16(_mm512_castps_si512(a), high_halves, _mm512_castps_si512(b)));
 }
 inline F32 load_f32(const float* p) { return _mm512_loadu_ps(p); }
 inline void store_f32(float* p, F32 x) { _mm512_storeu_ps(p, x); }
+// Lane i: table[b], where b is the 16 bits of the bf16 value x holds in lane i (x's high half).
+inline F32 lookup_by_bf16(const float* table, F32 x) {
+  return _mm512_i32gather_ps(_mm512_srli_epi32(_mm512_castps_si512(x), 16), table, 4);
+}
 
-// rn of bf16_math.h: the carry trick on the bits; NaN lanes -> 0x7fff, merged by mask into the
-// final `and` (one instruction fewer than AVX2's compare and blend).
+// rn of bf16_math.h: the carry trick on the bits, u + 0x7fff + (bit 16 of u), the last 1 added
+// under a mask; NaN lanes -> 0x7fff, merged by mask into the final `and`. Five instructions
+// where AVX2 takes seven.
 inline F32 rn(F32 x) {
   const __m512i u = _mm512_castps_si512(x);
-  const __m512i lowest_kept = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i below_half = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+  const __mmask16 lowest_kept = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
   const __m512i carried =
-      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lowest_kept);
+      _mm512_mask_add_epi32(below_half, lowest_kept, below_half, _mm512_set1_epi32(1));
   const __mmask16 number = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
   return _mm512_castsi512_ps(_mm512_mask_and_epi32(_mm512_set1_epi32(0x7fff0000), number, carried,
                                                    _mm512_set1_epi32(int(0xffff0000u))));
 }
 
-// Lane i: mix64(base + i) >> 48, the last round of rounding_noise16 (bf16_math.h).
+// Lane i: mix64(base + i) >> 48, the last round of rounding_noise16 (bf16_math.h). mix64 ends
+// with z ^ (z >> 31), which leaves bits 48..63 as they are (z >> 31 has no bits there), so the
+// lanes skip it: the same 16 bits.
 inline I32 noise16(uint64_t base) {
-  auto mix64 = [](__m512i z) {
+  auto mix64_high_bits = [](__m512i z) {
     z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
                            _mm512_set1_epi64(int64_t(kMix1)));
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
-                           _mm512_set1_epi64(int64_t(kMix2)));
-    return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+    return _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
+                              _mm512_set1_epi64(int64_t(kMix2)));
   };
   const __m512i first = _mm512_set1_epi64(int64_t(base));
-  const __m512i h0 = mix64(_mm512_add_epi64(first, _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)));
+  const __m512i h0 =
+      mix64_high_bits(_mm512_add_epi64(first, _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)));
   const __m512i h1 =
-      mix64(_mm512_add_epi64(first, _mm512_setr_epi64(8, 9, 10, 11, 12, 13, 14, 15)));
-  // h >> 48 fits 32 bits: keep the low half of each 64-bit lane.
-  const __m256i n0 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(h0, 48));
-  const __m256i n1 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(h1, 48));
-  return _mm512_inserti64x4(_mm512_castsi256_si512(n0), n1, 1);
+      mix64_high_bits(_mm512_add_epi64(first, _mm512_setr_epi64(8, 9, 10, 11, 12, 13, 14, 15)));
+  // The high 32 bits of each 64-bit lane, h0's then h1's (dwords 1, 3, ..., 31 of the pair),
+  // shifted down by 16: h >> 48.
+  const __m512i high_dwords =
+      _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_srli_epi32(_mm512_permutex2var_epi32(h0, high_dwords, h1), 16);
 }
 
-// round_stochastic of bf16_math.h: add the noise to the bits and truncate; ±inf and NaN lanes
-// take rn(x).
+// round_stochastic of bf16_math.h, for noise16 below 2^16 (as noise16() makes it): add the noise
+// to the bits and truncate. The scalar function sends ±inf and NaN through rn; truncating
+// ±inf + noise gives ±inf too, so only NaN lanes need rn's answer, the canonical 0x7fff.
 inline F32 round_stochastic(F32 x, I32 noise16) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i exponent_bits = _mm512_set1_epi32(0x7f800000);
-  const __m512i noise = _mm512_and_si512(noise16, _mm512_set1_epi32(0xffff));
-  const __m512i truncated =
-      _mm512_and_si512(_mm512_add_epi32(u, noise), _mm512_set1_epi32(int(0xffff0000u)));
-  const __mmask16 special =
-      _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent_bits), exponent_bits);
-  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(truncated, special, _mm512_castps_si512(rn(x))));
+  const __m512i truncated = _mm512_and_si512(_mm512_add_epi32(_mm512_castps_si512(x), noise16),
+                                             _mm512_set1_epi32(int(0xffff0000u)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(truncated, nan, _mm512_set1_epi32(0x7fff0000)));
 }
 
 // EDQ: half 0 or 1 of x (lanes 0..7, 8..15) widened to double, exactly.
@@ -136,14 +148,17 @@ inline F32 load_bf16(const uint16_t* p) {
   const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
 }
-inline void store_bf16(uint16_t* p, F32 x) {
-  const __m256i high = _mm256_srli_epi32(_mm256_castps_si256(x), 16);  // ≤ 0xffff
-  const __m128i bits =
-      _mm_packus_epi32(_mm256_castsi256_si128(high), _mm256_extracti128_si256(high, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits);
+// Two registers: the packs interleave 128-bit halves (a0 b0 a1 b1), one permute orders them.
+inline void store_bf16_pair(uint16_t* p, F32 a, F32 b) {
+  const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(a), 16),
+                                             _mm256_srli_epi32(_mm256_castps_si256(b), 16));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xd8));
 }
 inline F32 load_f32(const float* p) { return _mm256_loadu_ps(p); }
 inline void store_f32(float* p, F32 x) { _mm256_storeu_ps(p, x); }
+inline F32 lookup_by_bf16(const float* table, F32 x) {
+  return _mm256_i32gather_ps(table, _mm256_srli_epi32(_mm256_castps_si256(x), 16), 4);
+}
 
 // rn: the carry trick; NaN -> 0x7fff as a select on an unordered compare.
 inline F32 rn(F32 x) {
@@ -169,14 +184,13 @@ inline __m256i mul64(__m256i a, uint64_t b) {
 }
 
 inline I32 noise16(uint64_t base) {
-  auto mix64 = [](__m256i z) {
+  auto mix64_high_bits = [](__m256i z) {
     z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), kMix1);
-    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kMix2);
-    return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+    return mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kMix2);
   };
   const __m256i first = _mm256_set1_epi64x(int64_t(base));
-  const __m256i h0 = mix64(_mm256_add_epi64(first, _mm256_setr_epi64x(0, 1, 2, 3)));
-  const __m256i h1 = mix64(_mm256_add_epi64(first, _mm256_setr_epi64x(4, 5, 6, 7)));
+  const __m256i h0 = mix64_high_bits(_mm256_add_epi64(first, _mm256_setr_epi64x(0, 1, 2, 3)));
+  const __m256i h1 = mix64_high_bits(_mm256_add_epi64(first, _mm256_setr_epi64x(4, 5, 6, 7)));
   // h >> 48 fits 32 bits: gather the low 32 bits of the four 64-bit lanes of each half.
   const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   const __m256i n0 = _mm256_permutevar8x32_epi32(_mm256_srli_epi64(h0, 48), low_dwords);
@@ -185,16 +199,12 @@ inline I32 noise16(uint64_t base) {
 }
 
 inline F32 round_stochastic(F32 x, I32 noise16) {
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i exponent_bits = _mm256_set1_epi32(0x7f800000);
-  const __m256i noise = _mm256_and_si256(noise16, _mm256_set1_epi32(0xffff));
-  const __m256i truncated =
-      _mm256_and_si256(_mm256_add_epi32(u, noise), _mm256_set1_epi32(int(0xffff0000u)));
-  const __m256i special =
-      _mm256_cmpeq_epi32(_mm256_and_si256(u, exponent_bits), exponent_bits);  // inf, NaN
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(truncated, _mm256_castps_si256(rn(x)), special));
+  const __m256i truncated = _mm256_and_si256(_mm256_add_epi32(_mm256_castps_si256(x), noise16),
+                                             _mm256_set1_epi32(int(0xffff0000u)));
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);  // all ones in NaN lanes
+  return _mm256_blendv_ps(_mm256_castsi256_ps(truncated),
+                          _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff0000)), nan);
 }
-
 inline F64 widen_half(F32 x, int half) {
   return _mm256_cvtps_pd(half ? _mm256_extractf128_ps(x, 1) : _mm256_castps256_ps128(x));
 }

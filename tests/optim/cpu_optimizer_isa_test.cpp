@@ -4,6 +4,7 @@
 // every chunk's EDQ sums, bit for bit, for every strategy, both Adam orders, the reference quirk,
 // early and late steps, inputs with NaN, ±inf, subnormals and ±0, several chunks and a ragged tail.
 // Skips, saying why, where the CPU cannot run AVX-512 or the build has no AVX-512 compilation.
+// Also each compilation with its table of reciprocal denominators against itself dividing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,23 +84,26 @@ bool same_fp32(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want
   return true;
 }
 
-std::vector<double> run(const OptimizerLoop& loop, Tensor& t, OptimizerStep step,
-                        bool fp32_storage) {
+// With use_table, the loop divides by multiplying with the step's table of reciprocal
+// denominators (optimizer_chunks.h), as optimizer_step runs it; without, it divides.
+std::vector<double> run(const OptimizerLoop& loop, Tensor& t, OptimizerStep step, bool fp32_storage,
+                        bool use_table) {
   step.param = t.param.data();
   step.grad = t.grad.data();
   for (size_t c = 0; c < t.state.size(); c++) step.state[c] = t.state[c].data();
   std::vector<double> partial(4 * kChunks, -1.0);
-  loop.step_chunks(step, fp32_storage, 2, partial.data());
+  std::vector<float> values(cpu::ReciprocalDenominators::kEntries);
+  cpu::ReciprocalDenominators table;
+  table.values = use_table ? values.data() : nullptr;
+  loop.step_chunks(step, fp32_storage, 2, partial.data(), table);
   return partial;
 }
 
-TEST(CpuOptimizerIsa, Avx512LoopIsBitIdenticalToTheBaseline) {
-  const std::vector<OptimizerLoop> loops = cpu::runnable_optimizer_loops();
-  if (loops.size() < 2) GTEST_SKIP() << "no AVX-512 loop to compare: " << cpu::why_no_avx512_loop();
-  const OptimizerLoop& baseline = loops[0];
-  const OptimizerLoop& avx512 = loops[1];
-  ASSERT_EQ(avx512.isa, "AVX-512");
-
+// Steps the same tensors with `got` and with `want` (each with or without the table) for
+// every strategy, both Adam orders, the quirk and fp32 storage, over three steps, and expects
+// the same θ, state and EDQ chunk sums.
+void expect_same_bits(const OptimizerLoop& want_loop, bool want_table,
+                      const OptimizerLoop& got_loop, bool got_table) {
   struct Case {
     Precision precision;
     bool fp32_storage, quirk;
@@ -131,8 +135,8 @@ TEST(CpuOptimizerIsa, Avx512LoopIsBitIdenticalToTheBaseline) {
         step.rounding_seed = 42;
         // Indices that wrap past INT64_MAX within the tensor (the noise's 64-bit lanes).
         step.rounding_offset = t == 2 ? INT64_MAX - 5000 : 123;
-        const std::vector<double> want = run(baseline, a, step, c.fp32_storage);
-        const std::vector<double> got = run(avx512, b, step, c.fp32_storage);
+        const std::vector<double> want = run(want_loop, a, step, c.fp32_storage, want_table);
+        const std::vector<double> got = run(got_loop, b, step, c.fp32_storage, got_table);
         const std::string at_t = "t " + std::to_string(t);
         for (int64_t i = 0; i < 4 * kChunks; i++) {
           const bool same =
@@ -156,6 +160,22 @@ TEST(CpuOptimizerIsa, Avx512LoopIsBitIdenticalToTheBaseline) {
         }
       }
     }
+  }
+}
+
+TEST(CpuOptimizerIsa, Avx512LoopIsBitIdenticalToTheBaseline) {
+  const std::vector<OptimizerLoop> loops = cpu::runnable_optimizer_loops();
+  if (loops.size() < 2) GTEST_SKIP() << "no AVX-512 loop to compare: " << cpu::why_no_avx512_loop();
+  ASSERT_EQ(loops[1].isa, "AVX-512");
+  expect_same_bits(loops[0], true, loops[1], true);
+}
+
+// The table of reciprocal denominators changes how a is computed, not its bits (collage_math.h,
+// adam_direction): each loop with the table == the same loop dividing.
+TEST(CpuOptimizerIsa, ReciprocalTableGivesTheBitsOfTheDivision) {
+  for (const OptimizerLoop& loop : cpu::runnable_optimizer_loops()) {
+    SCOPED_TRACE(loop.name);
+    expect_same_bits(loop, false, loop, true);
   }
 }
 

@@ -2,8 +2,9 @@
 // bf16_lanes.h == the scalar step applied to each lane, bit for bit: θ, m, v, δθ, δv, the
 // compensation, the fp32 master and the EDQ terms. Inputs mix ordinary training values with
 // NaN, ±inf, subnormals and ±0 in every component, both Adam orders, the reference quirk,
-// early and late steps. (strategy_step_test checks the scalar step against float64;
-// cpu_strategy_step_test the backend, which runs these lanes, against the scalar step.)
+// early and late steps, with and without the cpu loop's table of reciprocal denominators.
+// (strategy_step_test checks the scalar step against float64; cpu_strategy_step_test the
+// backend, which runs these lanes, against the scalar step.)
 #include <gtest/gtest.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/optimizer_chunks.h"
 #include "numerics/bf16_lanes.h"
 #include "numerics/collage_math.h"
 #include "numerics/edq_lanes.h"
@@ -99,33 +101,44 @@ TEST(LanesStep, EveryBf16StrategyMatchesTheScalarStepInEveryLane) {
        {Strategy::bf16, Strategy::light, Strategy::plus, Strategy::kahan, Strategy::stochastic}) {
     for (bool hf : {false, true}) {
       for (bool quirk : {false, true}) {
-        if (quirk && strategy != Strategy::plus) continue;
-        SCOPED_TRACE(std::string(names[int(strategy)]) + (hf ? " hf" : " torch") +
-                     (quirk ? " quirk" : ""));
-        Bf16Random r(7 + int(strategy));
-        Elements lanes = make_elements(r, kN);
-        Elements scalar = lanes;
-        for (int64_t t : {int64_t(1), int64_t(2), int64_t(100000)}) {
-          const math::AdamScalars s =
-              math::make_adam_scalars(1e-3, 0.9, t == 2 ? 0.999 : 0.95, 1e-8, 0.1, t, hf);
-          for (int i = 0; i < kN; i += kLanes) {
-            const math::EdqLanesTerm got = run_step<Bf16Lanes>(strategy, lanes, i, s, quirk, t);
-            float u[kLanes], after[kLanes], before[kLanes];
-            math::store_f32_lanes(u, got.u);
-            math::store_f32_lanes(after, got.after);
-            math::store_f32_lanes(before, got.before);
-            for (int k = 0; k < kLanes; k++) {
-              const math::EdqTerm want = run_step<bfloat>(strategy, scalar, i + k, s, quirk, t);
-              ASSERT_EQ(std::memcmp(&u[k], &want.u, 4), 0) << "u, element " << i + k;
-              ASSERT_TRUE(same_f64(double(after[k]) - double(before[k]), want.delta))
-                  << "delta, element " << i + k;
+        for (bool table : {false, true}) {
+          if (quirk && strategy != Strategy::plus) continue;
+          SCOPED_TRACE(std::string(names[int(strategy)]) + (hf ? " hf" : " torch") +
+                       (quirk ? " quirk" : "") + (table ? " table" : ""));
+          Bf16Random r(7 + int(strategy));
+          Elements lanes = make_elements(r, kN);
+          Elements scalar = lanes;
+          for (int64_t t : {int64_t(1), int64_t(2), int64_t(100000)}) {
+            const math::AdamScalars s =
+                math::make_adam_scalars(1e-3, 0.9, t == 2 ? 0.999 : 0.95, 1e-8, 0.1, t, hf);
+            // The lanes with the cpu loop's table of reciprocal denominators, or dividing as the
+            // scalar step does.
+            math::AdamScalars lane_scalars = s;
+            std::vector<float> reciprocals(cpu::ReciprocalDenominators::kEntries);
+            if (table) {
+              ASSERT_TRUE(cpu::fill_reciprocal_denominators(s, reciprocals.data()));
+              lane_scalars.reciprocal_denominators = reciprocals.data();
             }
+            for (int i = 0; i < kN; i += kLanes) {
+              const math::EdqLanesTerm got =
+                  run_step<Bf16Lanes>(strategy, lanes, i, lane_scalars, quirk, t);
+              float u[kLanes], after[kLanes], before[kLanes];
+              math::store_f32_lanes(u, got.u);
+              math::store_f32_lanes(after, got.after);
+              math::store_f32_lanes(before, got.before);
+              for (int k = 0; k < kLanes; k++) {
+                const math::EdqTerm want = run_step<bfloat>(strategy, scalar, i + k, s, quirk, t);
+                ASSERT_EQ(std::memcmp(&u[k], &want.u, 4), 0) << "u, element " << i + k;
+                ASSERT_TRUE(same_f64(double(after[k]) - double(before[k]), want.delta))
+                    << "delta, element " << i + k;
+              }
+            }
+            ASSERT_EQ(lanes.theta, scalar.theta) << "t " << t;
+            ASSERT_EQ(lanes.m, scalar.m) << "t " << t;
+            ASSERT_EQ(lanes.v, scalar.v) << "t " << t;
+            ASSERT_EQ(lanes.extra, scalar.extra) << "t " << t;
+            ASSERT_EQ(lanes.dv, scalar.dv) << "t " << t;
           }
-          ASSERT_EQ(lanes.theta, scalar.theta) << "t " << t;
-          ASSERT_EQ(lanes.m, scalar.m) << "t " << t;
-          ASSERT_EQ(lanes.v, scalar.v) << "t " << t;
-          ASSERT_EQ(lanes.extra, scalar.extra) << "t " << t;
-          ASSERT_EQ(lanes.dv, scalar.dv) << "t " << t;
         }
       }
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/optimizer_chunks.h"
 #include "backend/cpu/scratch.h"
 
 namespace collage::cpu {
@@ -28,7 +29,10 @@ struct CpuContext {
   std::vector<int32_t> rows_by_token;  // embedding backward: rows grouped by token
   std::vector<int64_t> token_groups;   // start of each token's group in rows_by_token
   std::vector<double> partial_sums;    // sum / sum_squares: one per fixed-size chunk
-  std::vector<int32_t> key_visible;    // attention: per thread, 1 for each key not masked
+  // The optimizer's per-step table (optimizer_chunks.h) and its memory.
+  std::vector<float> reciprocal_denominator_values;
+  ReciprocalDenominators reciprocal_denominators;
+  std::vector<int32_t> key_visible;  // attention: per thread, 1 for each key not masked
   RopeTable rope;
   // Set: matmuls run as oneDNN matmuls (parallel.cpu_gemm); null: OpenBLAS on widened tiles.
   std::unique_ptr<OnednnGemm> onednn;

@@ -16,7 +16,8 @@ namespace collage::cpu {
 // optimizer_chunks.cpp compiled with -march=x86-64-v4 (CMakeLists.txt): the same functions,
 // in namespace avx512.
 namespace avx512 {
-void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums);
+void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums,
+                 ReciprocalDenominators& table);
 const char* lane_isa();
 }  // namespace avx512
 #endif
@@ -94,7 +95,12 @@ template <typename S>
 void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
   const int64_t chunks = (step.n + kOptimizerChunk - 1) / kOptimizerChunk;
   cx.partial_sums.assign(size_t(4 * chunks), 0.0);
-  chosen_optimizer_loop().step_chunks(step, is_fp32_storage<S>, cx.threads, cx.partial_sums.data());
+  if (cx.reciprocal_denominator_values.empty()) {
+    cx.reciprocal_denominator_values.resize(ReciprocalDenominators::kEntries);
+    cx.reciprocal_denominators.values = cx.reciprocal_denominator_values.data();
+  }
+  chosen_optimizer_loop().step_chunks(step, is_fp32_storage<S>, cx.threads, cx.partial_sums.data(),
+                                      cx.reciprocal_denominators);
   if (!step.edq) return;
   const double* partial = cx.partial_sums.data();
   EdqSums total;

@@ -24,6 +24,10 @@
 // compilations give the same bits: the same operations per lane, and the EDQ lane sums of the
 // same 64 lanes added in the same order.
 //
+// Dividing by multiplying: with lane vectors, the bf16 strategies' Adam direction multiplies by
+// a per-step table of reciprocal denominators instead of dividing, with the same bits
+// (collage_math.h, adam_direction; use_reciprocal_denominators below).
+//
 // Threading and EDQ: the elements are cut into fixed chunks of kOptimizerChunk (independent
 // of the thread count); OpenMP hands out chunks, each chunk sums its EDQ terms on its own, and
 // optimizer.cpp adds the chunk sums in chunk order afterwards. θ and the state are
@@ -31,7 +35,9 @@
 // state and the sums are bit-identical run to run, for any thread count and either ISA.
 #include "backend/cpu/optimizer_chunks.h"
 
+#include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 
 #include "numerics/collage_math.h"
@@ -263,10 +269,31 @@ T* state(const OptimizerStep& step, int index) {
   return static_cast<T*>(step.state[index]);
 }
 
+// Points s at `table`, refilled first if it was filled for other scalars; leaves s alone when
+// the table cannot be used (the division then stays). Lane loops only: one step's table
+// costs about as much as stepping 65536 elements, which the lanes earn back and the scalar
+// loop would not.
+void use_reciprocal_denominators(cm::AdamScalars& s, ReciprocalDenominators& table) {
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  if (!table.values) return;
+  auto same = [](float a, float b) { return cm::float_bits(a) == cm::float_bits(b); };
+  if (!table.filled || table.hf_order != s.hf_order || !same(table.eps, s.eps) ||
+      (!s.hf_order && !same(table.sqrt_bc2, s.sqrt_bc2))) {
+    table.usable = fill_reciprocal_denominators(s, table.values);
+    table.filled = true;
+    table.eps = s.eps, table.sqrt_bc2 = s.sqrt_bc2, table.hf_order = s.hf_order;
+  }
+  if (table.usable) s.reciprocal_denominators = table.values;
+#else
+  (void)s, (void)table;
+#endif
+}
+
 // The precision picks the strategy; step_chunk runs its at<B>(i) over the elements.
 template <typename S>
-void step_storage(const OptimizerStep& step, int threads, double* partial_sums) {
-  const cm::AdamScalars s =
+void step_storage(const OptimizerStep& step, int threads, double* partial_sums,
+                  ReciprocalDenominators& table) {
+  cm::AdamScalars s =
       cm::make_adam_scalars(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.t,
                             step.adam_order == AdamOrder::hf);
   const int64_t n = step.n;
@@ -278,6 +305,7 @@ void step_storage(const OptimizerStep& step, int threads, double* partial_sums) 
     return step_elements(n, threads, partial_sums, master);
   }
   if constexpr (!std::is_same_v<S, float>) {
+    use_reciprocal_denominators(s, table);
     const Bf16Adam adam{param, grad, state<bf16>(step, 0), state<bf16>(step, 1), s};
     switch (step.precision) {
       case Precision::bf16:
@@ -303,9 +331,35 @@ void step_storage(const OptimizerStep& step, int threads, double* partial_sums) 
 
 }  // namespace
 
-void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums) {
-  if (fp32_storage) return step_storage<float>(step, threads, partial_sums);
-  step_storage<bf16>(step, threads, partial_sums);
+void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums,
+                 ReciprocalDenominators& table) {
+  if (fp32_storage) return step_storage<float>(step, threads, partial_sums, table);
+  step_storage<bf16>(step, threads, partial_sums, table);
+}
+
+bool fill_reciprocal_denominators(const cm::AdamScalars& s, float* values) {
+  bool usable = true;
+  auto fill = [&](uint32_t b, auto v) {  // entries b, b+1, ... as many as v holds
+    const auto denominator = cm::to_f32(cm::adam_denominator(v, s));
+    store(values + b, cm::f32_div(1.0f, denominator));
+    float d[sizeof(denominator) / sizeof(float)];
+    store(d, denominator);
+    for (size_t k = 0; k < std::size(d); k++) {
+      usable &= !(std::isinf(values[b + k]) && d[k] != 0);  // 1/d overflowed
+    }
+  };
+  uint32_t b = 0;
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  uint16_t bits[cm::kLanes];
+  for (; b < ReciprocalDenominators::kEntries; b += cm::kLanes) {
+    for (int k = 0; k < cm::kLanes; k++) bits[k] = uint16_t(b + k);
+    Bf16Lanes v;
+    load(v, reinterpret_cast<const bf16*>(bits));
+    fill(b, v);
+  }
+#endif
+  for (; b < ReciprocalDenominators::kEntries; b++) fill(b, cm::bf16_from_bits(uint16_t(b)));
+  return usable;
 }
 
 const char* lane_isa() {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/optimizer_step.h"
+#include "numerics/collage_math.h"
 #include "numerics/isa_namespace.h"
 
 namespace collage::cpu {
@@ -14,13 +15,31 @@ namespace collage::cpu {
 // Fixed, so the sums do not depend on the thread count.
 constexpr int64_t kOptimizerChunk = 16384;
 
+// One step's table of Adam's reciprocal denominators (numerics/collage_math.h,
+// adam_direction), which lets the lane loop multiply where the scalar step divides. The
+// caller owns the memory and keeps it across the step's tensors; step_chunks refills it when
+// the scalars it depends on change (every step in the torch order: bias correction).
+struct ReciprocalDenominators {
+  static constexpr int kEntries = 65536;  // one per bf16 bit pattern
+  float* values = nullptr;                // kEntries, the caller's; null: divide instead
+  bool filled = false, usable = false;
+  float eps = 0, sqrt_bc2 = 0;  // what it was filled for
+  bool hf_order = false;
+};
+
 inline namespace COLLAGE_ISA_NAMESPACE {
 
 // Steps elements [0, step.n) of one tensor with `threads` OpenMP threads; chunk c (elements
 // [c·kOptimizerChunk, (c+1)·kOptimizerChunk)) writes its EDQ sums to partial_sums[4c..4c+3]:
 // Σ Δ·u, Σ u², #{u ≠ 0}, #{u ≠ 0, Δ = 0}. fp32_storage: param and grad are float (the
 // cpu-fp32 reference backend, fp32-master only); otherwise bf16. Arguments already checked.
-void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums);
+// bf16 strategies with lane vectors use (and refill when stale) `table`.
+void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums,
+                 ReciprocalDenominators& table);
+
+// values[b] = f32_div(1, adam_denominator(bf16 with bits b, s)) for every b. False when a
+// nonzero denominator's reciprocal overflowed (eps below 2^-127), and the table must not be used.
+bool fill_reciprocal_denominators(const math::AdamScalars& s, float* values);
 
 // The lane registers this compilation steps with: "AVX-512", "AVX2", or "none" (scalar).
 const char* lane_isa();

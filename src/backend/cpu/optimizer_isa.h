@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/optimizer_chunks.h"
 #include "backend/optimizer_step.h"
 
 namespace collage::cpu {
@@ -16,7 +17,7 @@ struct OptimizerLoop {
   std::string isa;   // the lane registers: "AVX-512", "AVX2", or "none" (scalar)
   // optimizer_chunks.h's step_chunks of that compilation
   void (*step_chunks)(const OptimizerStep& step, bool fp32_storage, int threads,
-                      double* partial_sums) = nullptr;
+                      double* partial_sums, ReciprocalDenominators& table) = nullptr;
 };
 
 // Every compilation this build has and this CPU can run, baseline first. The second entry's
