@@ -43,7 +43,8 @@ struct AdamScalars {
   bfloat beta2_hi, beta2_lo;       // bh = rn(β2), bl = rn(β2 − bh), β2 − bh in double
   bool hf_order;                   // false: torch order (GPT), true: hf order (BERT)
   // Host lane loop only, else null: entry b = 1 / adam_denominator(bf16 with bits b), one fp32
-  // division each, filled per step by adam_lanes.h, which then divides by multiplying.
+  // division each, filled per step by the cpu optimizer (backend/cpu/optimizer_chunks.cpp,
+  // fill_reciprocal_denominators); adam_direction then multiplies instead of dividing.
   const float* reciprocal_denominators = nullptr;
 };
 
@@ -108,7 +109,7 @@ COLLAGE_HD inline McfOf<B> second_moment_plus(McfOf<B> v, B g, const AdamScalars
 
 // ---- the update u (weight decay folded in) ----
 // a = div_rn(numerator(m), denominator(v)). The denominator depends on v and the step's
-// scalars only, which lets the cpu loop tabulate it for every bf16 v (adam_lanes.h).
+// scalars only, which lets the cpu loop tabulate it for every bf16 v (adam_direction below).
 
 // torch order: denom = rn(rn(rn(sqrt(v)) / sqrt(bc2)) + eps); numer = rn(m·(−lr/bc1))
 template <typename B>

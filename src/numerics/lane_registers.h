@@ -49,8 +49,8 @@ inline F32 load_bf16(const uint16_t* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
-// 2·kWidth bf16: a's lanes, then b's. One two-source word permute picks the high halves (three
-// micro-ops on Ice Lake, where two shifts and two narrowing moves take six).
+// 2·kWidth bf16: a's lanes, then b's. One two-source word permute picks the high halves, where
+// storing each register alone takes a shift and a narrowing move.
 inline void store_bf16_pair(uint16_t* p, F32 a, F32 b) {
   const __m512i high_halves =
       _mm512_setr_epi32(0x00030001, 0x00070005, 0x000b0009, 0x000f000d, 0x00130011, 0x00170015,

@@ -18,7 +18,8 @@ constexpr int64_t kOptimizerChunk = 16384;
 // One step's table of Adam's reciprocal denominators (numerics/collage_math.h,
 // adam_direction), which lets the lane loop multiply where the scalar step divides. The
 // caller owns the memory and keeps it across the step's tensors; step_chunks refills it when
-// the scalars it depends on change (every step in the torch order: bias correction).
+// the scalars it depends on change (eps, the Adam order, and in the torch order sqrt(bc2),
+// which changes every step until bias correction rounds to 1 in fp32).
 struct ReciprocalDenominators {
   static constexpr int kEntries = 65536;  // one per bf16 bit pattern
   float* values = nullptr;                // kEntries, the caller's; null: divide instead
