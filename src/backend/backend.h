@@ -65,8 +65,9 @@ class BackendT {
   virtual Counters counters() const { return {}; }
   // `collage bench --profile`: from start_profile on, time every kernel and GEMM by op family
   // (op_family.h); stop_profile waits for the device and returns each family's time and
-  // launches since the start. A backend that queues nothing (cpu) cannot: start_profile
-  // returns false and stop_profile nothing. Off unless started: the step records nothing.
+  // launches since the start (the cpu backend: each op's wall time and op count). A backend
+  // that cannot returns false from start_profile and nothing from stop_profile. Off unless
+  // started: the step records nothing.
   virtual bool start_profile() { return false; }
   virtual std::vector<OpFamilyTime> stop_profile() { return {}; }
   // The cuda backend's cudaStream_t (NCCL queues its collectives there); null elsewhere.

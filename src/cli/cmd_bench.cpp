@@ -28,8 +28,8 @@ void add_bench_command(CLI::App& root) {
       "cpu: which GEMM engine ran and why (parallel.cpu_gemm), MFU against that engine's best\n"
       "rate measured at start (a oneDNN bf16 matmul or OpenBLAS sgemm: the Peak: line says\n"
       "which), and the same step's matrix products run as plain fp32 sgemm on the same\n"
-      "threads; on cuda and cuda-emulated, with the kernel launches and host waits per step,\n"
-      "and with --profile the time and launches of each op family. The step uses\n"
+      "threads; on cuda and cuda-emulated, with the kernel launches and host waits per step.\n"
+      "With --profile, the time and launches (cpu: ops) of each op family. The step uses\n"
       "training.micro_batch_size sequences of data.seq_len tokens, or each of --shapes (a\n"
       "column each). Example (GPT-2 124M, a small step and a GEMM-dominated one):\n"
       "  collage bench configs/gpt/125m.yaml --set parallel.threads=2 --shapes 4x64,8x512");
@@ -46,8 +46,8 @@ void add_bench_command(CLI::App& root) {
   cmd->add_flag("--profile", options->bench.profile,
                 "Also time the steps by op family (attention forward and backward, GEMMs,\n"
                 "layernorm, GELU, cross-entropy, optimizer, other): ms, share and launches per\n"
-                "step, from CUDA events around every launch on cuda and from the emulator's\n"
-                "host time on cuda-emulated; the cpu backend has none to time (a note says so).\n"
+                "step, from CUDA events around every launch on cuda, from the emulator's host\n"
+                "time on cuda-emulated, and from the wall time of every op on cpu (ops there).\n"
                 "Off, the step records nothing extra.");
   cmd->add_option("--shapes", options->shapes,
                   "Micro-batch x sequence length of each step to time, e.g. 4x64,8x512 "
@@ -78,12 +78,8 @@ void add_bench_command(CLI::App& root) {
       results.push_back(run_bench(shaped, options->bench));
     }
     std::cout << format_bench(config, results);
-    if (options->bench.profile) {
-      for (const BenchResult& r : results) {
-        std::cout << format_profile(r);
-        if (r.backend == "cpu") break;  // its note once
-      }
-    }
+    if (options->bench.profile)
+      for (const BenchResult& r : results) std::cout << format_profile(r);
   });
 }
 

@@ -127,8 +127,9 @@ struct ParallelConfig {
   // watchdog (e.g. to stop a rank in a debugger). docs/PARALLEL.md §6.
   double comm_timeout = 30;
   int threads = 0;  // cpu threads per rank; 0 = all cores
-  // The cpu backend's GEMMs: auto (oneDNN's bf16 matmul where the CPU has AMX-BF16 or
-  // AVX512-BF16, else OpenBLAS sgemm on widened tiles) | onednn | openblas.
+  // The cpu backend's GEMMs: auto (oneDNN's bf16 matmul where oneDNN has one: AVX-512 CPUs,
+  // fastest with AMX-BF16 or AVX512-BF16; else OpenBLAS sgemm on widened tiles) | onednn |
+  // openblas.
   std::string cpu_gemm = "auto";
 
   bool operator==(const ParallelConfig&) const = default;

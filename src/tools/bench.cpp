@@ -345,20 +345,23 @@ std::string format_bench(const Config& config, const std::vector<BenchResult>& r
 }
 
 std::string format_profile(const BenchResult& r) {
-  if (r.backend == "cpu")
-    return "\n--profile: the cpu backend runs no kernels to time by op family (it is timed by the "
-           "rows above); profile on cuda or cuda-emulated.\n";
   if (r.profile.empty()) return "";
   double total_ms = 0;
   int64_t total_launches = 0;
   for (const OpFamilyTime& f : r.profile) total_ms += f.ms, total_launches += f.launches;
-  const bool device = r.backend == "cuda";
-  std::string out = fmt::format("\n{} by op family, {} x {}, per step ({}):\n",
-                                device ? "GPU time" : "Emulator time", r.micro_batch, r.seq_len,
-                                device ? "CUDA events around every launch"
-                                       : "host time of each launch in the emulator, not a GPU's");
+  const char* what = "Emulator time";
+  const char* how = "host time of each launch in the emulator, not a GPU's";
+  const char* counted = "launches";
+  if (r.backend == "cuda") what = "GPU time", how = "CUDA events around every launch";
+  if (r.backend == "cpu") {
+    what = "CPU time";
+    how = "wall time of every op, which runs to completion in its call";
+    counted = "ops";
+  }
+  std::string out = fmt::format("\n{} by op family, {} x {}, per step ({}):\n", what, r.micro_batch,
+                                r.seq_len, how);
   out += fmt::format("| {:<28} | {:>12} | {:>12} | {:>12} |\n", "op family", "ms", "% of time",
-                     "launches");
+                     counted);
   out += fmt::format("|{:-<30}|{:-<14}|{:-<14}|{:-<14}|\n", "", "", "", "");
   for (const OpFamilyTime& f : r.profile) {
     out += fmt::format("| {:<28} | {:>12.3f} | {:>11.1f}% | {:>12} |\n", f.family, f.ms,

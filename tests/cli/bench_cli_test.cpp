@@ -1,9 +1,10 @@
 // `collage bench`: one column per --shapes entry, the GEMM engine and its peak named, the
 // optimizer loop named (COLLAGE_CPU_OPTIMIZER checked), the optimizer's bytes and rate, and
 // shapes that cannot run refused with the value named; encoders timed on a synthetic masked-LM
-// batch; --profile's op families adding up to the step's launches.
+// batch; --profile's op families adding up to the step's launches, and on cpu to its ops.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -109,13 +110,53 @@ TEST(BenchCli, ProfileSplitsTheStepByOpFamily) {
   EXPECT_EQ(last_column(bench.output, "| total "), launches) << bench.output;
 }
 
-TEST(BenchCli, ProfileOnCpuSaysThereIsNothingToTime) {
-  const CommandResult bench = run_collage("bench " + kTiny + " --profile --steps 1 --warmup 0");
+// The number in column `column` (0: the first after the row's name) of the table row
+// starting with `row`; NaN without one.
+double table_number(const std::string& output, const std::string& row, int column) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(row, 0) != 0) continue;
+    std::istringstream cells(line.substr(line.find('|', 1) + 1));
+    std::string cell;
+    for (int c = 0; c <= column; c++) std::getline(cells, cell, '|');
+    return std::stod(cell);
+  }
+  return std::nan("");
+}
+
+// On cpu every op is timed as it runs: gpt-tiny's 2 layers make known op counts per family,
+// and the families' time lies inside the step's forward, backward and optimizer time.
+TEST(BenchCli, ProfileOnCpuTimesEveryOpByFamily) {
+  const CommandResult bench =
+      run_collage("bench " + kTiny + " --profile --steps 1 --warmup 0 --shapes 2x16");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
-  EXPECT_NE(bench.output.find("--profile: the cpu backend runs no kernels to time"),
-            std::string::npos)
+  EXPECT_NE(bench.output.find("CPU time by op family, 2 x 16, per step"), std::string::npos)
       << bench.output;
-  EXPECT_EQ(bench.output.find("| op family"), std::string::npos) << bench.output;
+  const auto ops = [&](const char* family) {
+    std::string row = std::string("| ") + family;
+    row.resize(30, ' ');  // the first column's width: not "| optimizer ms"
+    return last_column(bench.output, row + " |");
+  };
+  const int L = 2;  // gpt-tiny's n_layer
+  // Forward and backward: qkv, projection, fc and fc projection per layer, and the LM head.
+  EXPECT_EQ(ops("GEMMs"), 2 * (4 * L + 1)) << bench.output;
+  EXPECT_EQ(ops("attention forward"), L) << bench.output;
+  EXPECT_EQ(ops("attention backward"), L) << bench.output;
+  EXPECT_EQ(ops("layernorm"), 2 * (2 * L + 1)) << bench.output;  // ln_1, ln_2 per layer; ln_f
+  EXPECT_EQ(ops("GELU"), 2 * L) << bench.output;
+  int64_t sum = 0;
+  for (const char* family : {"attention forward", "attention backward", "GEMMs", "layernorm",
+                             "GELU", "cross-entropy", "optimizer", "other"}) {
+    EXPECT_GT(ops(family), 0) << family << "\n" << bench.output;
+    sum += ops(family);
+  }
+  EXPECT_EQ(last_column(bench.output, "| total "), sum) << bench.output;
+  // Each op runs inside the timed forward, backward or optimizer: their total is at most the
+  // step's (printed to 0.1 ms).
+  const double step_ms = table_number(bench.output, "| step ms", 0);
+  const double profiled_ms = table_number(bench.output, "| total ", 0);
+  EXPECT_GT(profiled_ms, 0) << bench.output;
+  EXPECT_LE(profiled_ms, step_ms + 0.1) << bench.output;
 }
 
 // BERT (and RoBERTa, the same model without NSP) on the cpu and through the cuda kernels.

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/gemm_peak.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/op_profile.h"
 #include "backend/cpu/optimizer_isa.h"
 #include "backend/cpu/storage.h"
 #include "core/error.h"
@@ -50,6 +51,12 @@ class CpuBackend final : public BackendT<S> {
                        gemm_.reason);
   }
   std::string optimizer_engine() const override { return cpu::optimizer_loop_description(); }
+  // Every op's host time by family (op_profile.h); the memory calls are not ops and untimed.
+  bool start_profile() override {
+    profile_.start();
+    return true;
+  }
+  std::vector<OpFamilyTime> stop_profile() override { return profile_.stop(); }
 
   void* allocate(size_t bytes) override {
     size_t rounded = (bytes + 255) / 256 * 256;
@@ -75,66 +82,85 @@ class CpuBackend final : public BackendT<S> {
 
   void do_embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
                             int C, int64_t vocab_begin, int64_t vocab_end) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::embedding_forward(cx_, out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_end);
   }
   void do_embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
                              int C, int64_t vocab_begin, int64_t vocab_end) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::embedding_backward(cx_, dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_end);
   }
 
   void do_layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* weight,
                             const S* bias, int64_t N, int C, float eps) override {
+    const auto timed = profile_.time(OpFamily::layernorm);
     cpu::layernorm_forward(cx_, out, mean, rstd, inp, weight, bias, N, C, eps);
   }
   void do_layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                              const S* weight, const float* mean, const float* rstd, int64_t N,
                              int C) override {
+    const auto timed = profile_.time(OpFamily::layernorm);
     cpu::layernorm_backward(cx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
   void do_matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int C,
                          int OC) override {
+    const auto timed = profile_.time(OpFamily::gemm);
     cpu::matmul_forward(cx_, out, inp, weight, bias, N, C, OC);
   }
   void do_matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                           const S* weight, int64_t N, int C, int OC) override {
+    const auto timed = profile_.time(OpFamily::gemm);
     cpu::matmul_backward(cx_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
 
   void do_gelu_forward(S* out, const S* inp, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::gelu);
     cpu::gelu_forward(cx_, out, inp, n);
   }
   void do_gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::gelu);
     cpu::gelu_backward(cx_, dinp, inp, dout, n);
   }
-  void do_add(S* out, const S* a, const S* b, int64_t n) override { cpu::add(cx_, out, a, b, n); }
+  void do_add(S* out, const S* a, const S* b, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::other);
+    cpu::add(cx_, out, a, b, n);
+  }
   void do_accumulate(S* dst, const S* src, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::accumulate(cx_, dst, src, n);
   }
 
   void do_gelu_erf_forward(S* out, const S* inp, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::gelu);
     cpu::gelu_erf_forward(cx_, out, inp, n);
   }
   void do_gelu_erf_backward(S* dinp, const S* inp, const S* dout, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::gelu);
     cpu::gelu_erf_backward(cx_, dinp, inp, dout, n);
   }
   void do_tanh_forward(S* out, const S* inp, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::tanh_forward(cx_, out, inp, n);
   }
   void do_tanh_backward(S* dinp, const S* out, const S* dout, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::tanh_backward(cx_, dinp, out, dout, n);
   }
   void do_dropout_forward(S* out, const S* inp, int64_t n, float p, uint64_t seed,
                           uint64_t offset) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::dropout_forward(cx_, out, inp, n, p, seed, offset);
   }
   void do_dropout_backward(S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
                            uint64_t offset) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::dropout_backward(cx_, dinp, dout, n, p, seed, offset);
   }
   void do_attention_forward_dropout(S* out, float* lse, const S* qkv, const int32_t* key_mask,
                                     bool causal, int B, int T, int NH, int HS, float p,
                                     uint64_t seed, uint64_t offset) override {
+    const auto timed = profile_.time(OpFamily::attention_forward);
     cpu::attention_forward_dropout(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS, p, seed,
                                    offset);
   }
@@ -142,26 +168,32 @@ class CpuBackend final : public BackendT<S> {
                                      const float* lse, const int32_t* key_mask, bool causal, int B,
                                      int T, int NH, int HS, float p, uint64_t seed,
                                      uint64_t offset) override {
+    const auto timed = profile_.time(OpFamily::attention_backward);
     cpu::attention_backward_dropout(cx_, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS,
                                     p, seed, offset);
   }
   void do_gather_rows(S* out, const S* inp, const int32_t* rows, int64_t count, int C) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::gather_rows(cx_, out, inp, rows, count, C);
   }
   void do_scatter_add_rows(S* dinp, const S* dout, const int32_t* rows, int64_t count,
                            int C) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::scatter_add_rows(cx_, dinp, dout, rows, count, C);
   }
 
   void do_rope_forward(S* out, const S* qkv, int B, int T, int NH, int HS, float base) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::rope_forward(cx_, out, qkv, B, T, NH, HS, base);
   }
   void do_rope_backward(S* dqkv, const S* dout, int B, int T, int NH, int HS, float base) override {
+    const auto timed = profile_.time(OpFamily::other);
     cpu::rope_backward(cx_, dqkv, dout, B, T, NH, HS, base);
   }
 
   void do_attention_forward(S* out, float* lse, const S* qkv, const int32_t* key_mask, bool causal,
                             int B, int T, int NH, int HS) override {
+    const auto timed = profile_.time(OpFamily::attention_forward);
     cpu::attention_forward(cx_, out, lse, qkv, key_mask, causal, B, T, NH, HS);
   }
   // `out` is read by the oneDNN engine's backward only (D_i = dout_i·out_i, as the tensor-core
@@ -169,46 +201,66 @@ class CpuBackend final : public BackendT<S> {
   void do_attention_backward(S* dqkv, const S* dout, const S* out, const S* qkv, const float* lse,
                              const int32_t* key_mask, bool causal, int B, int T, int NH,
                              int HS) override {
+    const auto timed = profile_.time(OpFamily::attention_backward);
     cpu::attention_backward(cx_, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS);
   }
 
   void do_cross_entropy_forward(float* losses, const S* logits, const int32_t* targets, int64_t N,
                                 int V, int Vp, float* row_lse) override {
+    const auto timed = profile_.time(OpFamily::cross_entropy);
     cpu::cross_entropy_forward(cx_, losses, logits, targets, N, V, Vp, row_lse);
   }
   void do_cross_entropy_backward(S* dlogits, const S* logits, const int32_t* targets, int64_t N,
                                  int V, int Vp, float dloss) override {
+    const auto timed = profile_.time(OpFamily::cross_entropy);
     cpu::cross_entropy_backward(cx_, dlogits, logits, targets, N, V, Vp, dloss);
   }
   void do_cross_entropy_shard_max(float* row_max, const S* logits, int64_t N, int V, int Vl,
                                   int64_t vocab_begin) override {
+    const auto timed = profile_.time(OpFamily::cross_entropy);
     cpu::cross_entropy_shard_max(cx_, row_max, logits, N, V, Vl, vocab_begin);
   }
   void do_cross_entropy_shard_sums(float* sums, const S* logits, const int32_t* targets,
                                    const float* row_max, int64_t N, int V, int Vl,
                                    int64_t vocab_begin) override {
+    const auto timed = profile_.time(OpFamily::cross_entropy);
     cpu::cross_entropy_shard_sums(cx_, sums, logits, targets, row_max, N, V, Vl, vocab_begin);
   }
   void do_cross_entropy_shard_loss(float* losses, float* lse, const float* row_max,
                                    const float* sums, const int32_t* targets, int64_t N) override {
+    const auto timed = profile_.time(OpFamily::cross_entropy);
     cpu::cross_entropy_shard_loss(cx_, losses, lse, row_max, sums, targets, N);
   }
   void do_cross_entropy_shard_backward(S* dlogits, const S* logits, const int32_t* targets,
                                        const float* lse, int64_t N, int V, int Vl,
                                        int64_t vocab_begin, float dloss) override {
+    const auto timed = profile_.time(OpFamily::cross_entropy);
     cpu::cross_entropy_shard_backward(cx_, dlogits, logits, targets, lse, N, V, Vl, vocab_begin,
                                       dloss);
   }
 
-  double do_sum(const float* x, int64_t n) override { return cpu::sum(cx_, x, n); }
-  double do_sum_squares(const S* x, int64_t n) override { return cpu::sum_squares(cx_, x, n); }
-  void do_scale(S* x, float factor, int64_t n) override { cpu::scale(cx_, x, factor, n); }
+  double do_sum(const float* x, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::other);
+    return cpu::sum(cx_, x, n);
+  }
+  double do_sum_squares(const S* x, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::other);
+    return cpu::sum_squares(cx_, x, n);
+  }
+  void do_scale(S* x, float factor, int64_t n) override {
+    const auto timed = profile_.time(OpFamily::other);
+    cpu::scale(cx_, x, factor, n);
+  }
 
-  void do_optimizer_step(const OptimizerStep& step) override { cpu::optimizer_step<S>(cx_, step); }
+  void do_optimizer_step(const OptimizerStep& step) override {
+    const auto timed = profile_.time(OpFamily::optimizer);
+    cpu::optimizer_step<S>(cx_, step);
+  }
 
  private:
   cpu::CpuContext cx_;
   cpu::CpuGemmChoice gemm_;
+  cpu::OpProfile profile_;
 };
 
 }  // namespace
