@@ -2,7 +2,8 @@
 // `collage bench --profile` on the cpu backend: the host time of every op, summed by op family
 // (core/op_family.h). The cpu runs each op to completion inside its call, so a steady_clock
 // pair around the call is the op's time, all threads included. Off (the default), an op pays
-// one branch.
+// one branch. A family here is a Backend op's: a matmul's bias and bias gradient count as GEMMs
+// (the cuda tables count the bias-gradient kernel as "other").
 #include <chrono>
 #include <vector>
 
