@@ -352,7 +352,10 @@ std::string format_profile(const BenchResult& r) {
   const char* what = "Emulator time";
   const char* how = "host time of each launch in the emulator, not a GPU's";
   const char* counted = "launches";
-  if (r.backend == "cuda") what = "GPU time", how = "CUDA events around every launch";
+  if (r.backend == "cuda") {
+    what = "GPU time";
+    how = "CUDA events around every launch";
+  }
   if (r.backend == "cpu") {
     what = "CPU time";
     how = "wall time of every op, which runs to completion in its call";

@@ -75,17 +75,42 @@ TEST(BenchCli, BadShapesAreRefusedNamingThem) {
       << long_one.output;
 }
 
-// The number in the last column of the table row starting with `row` ("| GEMMs ..."); -1
-// when there is no such row.
-int64_t last_column(const std::string& output, const std::string& row) {
+// The table row of `output` that starts with `row` ("| GEMMs ..."); empty without one.
+std::string table_row(const std::string& output, const std::string& row) {
   std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(row, 0) != 0) continue;
-    const size_t end = line.find_last_not_of(" |");
-    const size_t begin = line.find_last_of(" |", end) + 1;
-    return std::stoll(line.substr(begin, end + 1 - begin));
-  }
-  return -1;
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(row, 0) == 0) return line;
+  return "";
+}
+
+// The number in the last column of the table row starting with `row`; -1 without one.
+int64_t last_column(const std::string& output, const std::string& row) {
+  const std::string line = table_row(output, row);
+  if (line.empty()) return -1;
+  const size_t end = line.find_last_not_of(" |");
+  const size_t begin = line.find_last_of(" |", end) + 1;
+  return std::stoll(line.substr(begin, end + 1 - begin));
+}
+
+// The number in column `column` (0: the first after the row's name) of the table row
+// starting with `row`; NaN without one.
+double table_number(const std::string& output, const std::string& row, int column) {
+  const std::string line = table_row(output, row);
+  if (line.empty()) return std::nan("");
+  std::istringstream cells(line.substr(line.find('|', 1) + 1));
+  std::string cell;
+  for (int c = 0; c <= column; c++) std::getline(cells, cell, '|');
+  return std::stod(cell);
+}
+
+// --profile's families, and the last column (launches, or ops on cpu) of one's row.
+constexpr const char* kFamilies[] = {
+    "attention forward", "attention backward", "GEMMs", "layernorm", "GELU",
+    "cross-entropy",     "optimizer",          "other"};
+int64_t family_count(const std::string& output, const std::string& family) {
+  std::string row = "| " + family;
+  row.resize(30, ' ');  // the first column's width: not "| optimizer ms"
+  return last_column(output, row + " |");
 }
 
 TEST(BenchCli, ProfileSplitsTheStepByOpFamily) {
@@ -98,30 +123,13 @@ TEST(BenchCli, ProfileSplitsTheStepByOpFamily) {
   const int64_t launches = last_column(bench.output, "| kernel launches per step");
   ASSERT_GT(launches, 0) << bench.output;
   int64_t sum = 0;
-  for (const char* family : {"attention forward", "attention backward", "GEMMs", "layernorm",
-                             "GELU", "cross-entropy", "optimizer", "other"}) {
-    std::string row = std::string("| ") + family;
-    row.resize(30, ' ');  // the first column's width: not "| optimizer ms"
-    const int64_t n = last_column(bench.output, row + " |");
+  for (const char* family : kFamilies) {
+    const int64_t n = family_count(bench.output, family);
     EXPECT_GT(n, 0) << family << "\n" << bench.output;  // the GPT step launches every family
     sum += n;
   }
   EXPECT_EQ(sum, launches) << bench.output;
   EXPECT_EQ(last_column(bench.output, "| total "), launches) << bench.output;
-}
-
-// The number in column `column` (0: the first after the row's name) of the table row
-// starting with `row`; NaN without one.
-double table_number(const std::string& output, const std::string& row, int column) {
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(row, 0) != 0) continue;
-    std::istringstream cells(line.substr(line.find('|', 1) + 1));
-    std::string cell;
-    for (int c = 0; c <= column; c++) std::getline(cells, cell, '|');
-    return std::stod(cell);
-  }
-  return std::nan("");
 }
 
 // On cpu every op is timed as it runs: gpt-tiny's 2 layers make known op counts per family,
@@ -132,11 +140,7 @@ TEST(BenchCli, ProfileOnCpuTimesEveryOpByFamily) {
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   EXPECT_NE(bench.output.find("CPU time by op family, 2 x 16, per step"), std::string::npos)
       << bench.output;
-  const auto ops = [&](const char* family) {
-    std::string row = std::string("| ") + family;
-    row.resize(30, ' ');  // the first column's width: not "| optimizer ms"
-    return last_column(bench.output, row + " |");
-  };
+  const auto ops = [&](const char* family) { return family_count(bench.output, family); };
   const int L = 2;  // gpt-tiny's n_layer
   // Forward and backward: qkv, projection, fc and fc projection per layer, and the LM head.
   EXPECT_EQ(ops("GEMMs"), 2 * (4 * L + 1)) << bench.output;
@@ -145,8 +149,7 @@ TEST(BenchCli, ProfileOnCpuTimesEveryOpByFamily) {
   EXPECT_EQ(ops("layernorm"), 2 * (2 * L + 1)) << bench.output;  // ln_1, ln_2 per layer; ln_f
   EXPECT_EQ(ops("GELU"), 2 * L) << bench.output;
   int64_t sum = 0;
-  for (const char* family : {"attention forward", "attention backward", "GEMMs", "layernorm",
-                             "GELU", "cross-entropy", "optimizer", "other"}) {
+  for (const char* family : kFamilies) {
     EXPECT_GT(ops(family), 0) << family << "\n" << bench.output;
     sum += ops(family);
   }
