@@ -32,7 +32,7 @@
 // uses dv_j = Σ_i Z_ij dout_i, dP_ij = F_ij·(dout_i·v_j) and dS = P (dP - D) with
 // D_i = Σ_j P_ij dP_ij (= Σ_j Z_ij dZ_ij). Each lane draws its own (i, j)'s number; p = 0
 // multiplies by 1 without drawing, which leaves the plain attention's bits unchanged.
-// Each gradient element is a sum in fp32 in a fixed order, added to dqkv with one rounding:
+// Each gradient element is a sum in fp32 in a fixed order, written to dqkv with one rounding:
 // deterministic, no atomics. The exponentials are math::exp_approx (as the cpu), lse uses logf.
 //
 // Shapes: qkv (B, T, 3C), C = NH·HS, q at [0, C), k at [C, 2C), v at [2C, 3C), head h at
@@ -183,7 +183,7 @@ __global__ void attention_forward_kernel(bf16_t* out, float* lse, const bf16_t* 
   }
 }
 
-// dq part of dqkv (B, T, 3C) += scale·dS·k; delta (B, NH, T) = D. Rows as the forward.
+// dq part of dqkv (B, T, 3C) = scale·dS·k; delta (B, NH, T) = D. Rows as the forward.
 template <int kDims>
 __global__ void attention_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout,
                                                 const bf16_t* qkv, const float* lse,
@@ -280,11 +280,11 @@ __global__ void attention_backward_query_kernel(bf16_t* dqkv, float* delta, cons
   bf16_t* dq = dqkv + head_offset + i * row_stride;
   for (int k = 0; k < kDims; k++) {
     const int d = lane + k * kWarpSize;
-    if (d < HS) dq[d] = to_bf16(to_float(dq[d]) + scale * acc[k]);
+    if (d < HS) dq[d] = to_bf16(scale * acc[k]);
   }
 }
 
-// dk, dv parts of dqkv (B, T, 3C) += scale·dSᵀ·q, Pᵀ·dout. Block (key block, h, b), warp w:
+// dk, dv parts of dqkv (B, T, 3C) = scale·dSᵀ·q, Pᵀ·dout. Block (key block, h, b), warp w:
 // key j = blockIdx.x·warps + w; lanes over the queries of a tile.
 template <int kDims>
 __global__ void attention_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv,
@@ -303,7 +303,7 @@ __global__ void attention_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, 
   const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * HS;  // (T, HS), stride C
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;                // (T)
   const float* delta_head = delta + (int64_t(b) * NH + h) * T;            // (T)
-  // A hidden key is seen by no query: its gradients get nothing added.
+  // A hidden key is seen by no query: its gradients are zeros.
   const bool key_seen = active && key_visible(key_mask ? key_mask + int64_t(b) * T : nullptr, j);
 
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
@@ -380,8 +380,8 @@ __global__ void attention_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, 
   for (int k = 0; k < kDims; k++) {
     const int d = lane + k * kWarpSize;
     if (d >= HS) continue;
-    dk[d] = to_bf16(to_float(dk[d]) + scale * dk_acc[k]);
-    dv[d] = to_bf16(to_float(dv[d]) + dv_acc[k]);
+    dk[d] = to_bf16(scale * dk_acc[k]);
+    dv[d] = to_bf16(dv_acc[k]);
   }
 }
 

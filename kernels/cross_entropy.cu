@@ -140,19 +140,16 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* row_lse, cons
   }
 }
 
-// dx[j] += (exp_approx(x[j] − lse) − [j == target])·dloss for the columns j < columns of one
-// row, by the whole block: the cpu's expressions (src/backend/cpu/cross_entropy.cpp); without
-// kAccumulate dx[j] = that, the prior dx not read. A target outside [0, columns) (another
-// rank's column) adds no −1. Columns from `columns` on (padding) are not written. kVectorized:
-// x and dx 16-byte aligned.
-template <bool kVectorized, bool kAccumulate>
+// dx[j] = (exp_approx(x[j] − lse) − [j == target])·dloss for the columns j < columns of one
+// row, by the whole block: the cpu's expressions (src/backend/cpu/cross_entropy.cpp); the prior
+// dx is not read. A target outside [0, columns) (another rank's column) adds no −1. Columns from
+// `columns` on (padding) are not written. kVectorized: x and dx 16-byte aligned.
+template <bool kVectorized>
 __device__ void softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, float lse,
                                  int64_t target, float dloss) {
-  auto gradient = [&](int j, float x_j, const bf16_t* dx_j) {
+  auto gradient = [&](int j, float x_j) {
     const float p = math::exp_approx(x_j - lse);
-    const float g = (j == target ? p - 1.0f : p) * dloss;
-    if constexpr (kAccumulate) return to_bf16(to_float(*dx_j) + g);
-    return to_bf16(g);
+    return to_bf16((j == target ? p - 1.0f : p) * dloss);
   };
   int scalar_begin = 0;  // columns from here on go one at a time
   if constexpr (kVectorized) {
@@ -161,15 +158,13 @@ __device__ void softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, float
       const int j = group * kVector;
       const Packed128<bf16_t> xs = load128(x + j);
       Packed128<bf16_t> ds;
-      if constexpr (kAccumulate) ds = load128(dx + j);
-      for (int k = 0; k < kVector; k++)
-        ds.values[k] = gradient(j + k, to_float(xs.values[k]), &ds.values[k]);
+      for (int k = 0; k < kVector; k++) ds.values[k] = gradient(j + k, to_float(xs.values[k]));
       store128(dx + j, ds);
     }
     scalar_begin = groups * kVector;
   }
   for (int j = scalar_begin + int(threadIdx.x); j < columns; j += blockDim.x)
-    dx[j] = gradient(j, to_float(x[j]), &dx[j]);
+    dx[j] = gradient(j, to_float(x[j]));
 }
 
 // dx[j] = 0 for j in [begin, end), by the whole block.
@@ -177,18 +172,23 @@ __device__ void write_zeros(bf16_t* dx, int begin, int end) {
   for (int j = begin + int(threadIdx.x); j < end; j += blockDim.x) dx[j] = to_bf16(0.0f);
 }
 
-// dlogits (N, Vp) += (softmax − onehot(target))·dloss in columns j < V of block `row`'s row.
+// dlogits (N, Vp) = (softmax − onehot(target))·dloss in columns j < V of block `row`'s row, 0
+// in its padding columns and across an ignored row.
 template <bool kVectorized>
 __global__ void cross_entropy_backward_kernel(bf16_t* dlogits, const bf16_t* logits,
                                               const int32_t* targets, int V, int Vp, float dloss) {
   const int64_t row = blockIdx.x;
   const int target = targets[row];
-  if (target < 0 || target >= V) return;  // ignored rows get nothing
-  const bf16_t* x = logits + row * Vp;    // (Vp)
-  bf16_t* dx = dlogits + row * Vp;        // (Vp)
+  bf16_t* dx = dlogits + row * Vp;  // (Vp)
+  if (target < 0 || target >= V) {  // an ignored row: zeros
+    write_zeros(dx, 0, Vp);
+    return;
+  }
+  const bf16_t* x = logits + row * Vp;  // (Vp)
   __shared__ float statistics_shared[kStatisticsShared];
   const float lse = log_sum_exp(row_statistics<kVectorized>(x, V, target, statistics_shared));
-  softmax_gradient<kVectorized, true>(dx, x, V, lse, target, dloss);
+  softmax_gradient<kVectorized>(dx, x, V, lse, target, dloss);
+  write_zeros(dx, V, Vp);  // padding
 }
 
 // ---- vocab-parallel stages (src/backend/backend.h) ----
@@ -298,7 +298,7 @@ __global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_
     return;
   }
   const int64_t local_target = int64_t(target) - vocab_begin;  // outside [0, real): another rank's
-  softmax_gradient<kVectorized, false>(dx, logits + row * Vl, real, lse[row], local_target, dloss);
+  softmax_gradient<kVectorized>(dx, logits + row * Vl, real, lse[row], local_target, dloss);
   write_zeros(dx, real, Vl);  // padding
 }
 

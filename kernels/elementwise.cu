@@ -29,25 +29,23 @@ constexpr int kGroup = 8;
 struct Gelu {
   __device__ float operator()(float x) const { return math::gelu(x); }
 };
-struct GeluBackward {  // dinp + gelu'(x)·dout
-  __device__ float operator()(float dinp, float x, float dout) const {
-    return dinp + math::gelu_derivative(x) * dout;
-  }
+struct GeluBackward {  // dinp = gelu'(x)·dout
+  __device__ float operator()(float x, float dout) const { return math::gelu_derivative(x) * dout; }
 };
 struct GeluErf {  // the encoder's exact GELU
   __device__ float operator()(float x) const { return math::gelu_erf(x); }
 };
-struct GeluErfBackward {  // dinp + gelu_erf'(x)·dout
-  __device__ float operator()(float dinp, float x, float dout) const {
-    return dinp + math::gelu_erf_derivative(x) * dout;
+struct GeluErfBackward {  // dinp = gelu_erf'(x)·dout
+  __device__ float operator()(float x, float dout) const {
+    return math::gelu_erf_derivative(x) * dout;
   }
 };
 struct Tanh {
   __device__ float operator()(float x) const { return math::tanh_value(x); }
 };
-struct TanhBackward {  // dinp + (1 - y²)·dout, from the saved output y
-  __device__ float operator()(float dinp, float y, float dout) const {
-    return dinp + math::tanh_derivative_from_output(y) * dout;
+struct TanhBackward {  // dinp = (1 - y²)·dout, from the saved output y
+  __device__ float operator()(float y, float dout) const {
+    return math::tanh_derivative_from_output(y) * dout;
   }
 };
 struct Sum {  // add: a + b; accumulate: dst + src
@@ -146,7 +144,7 @@ void gelu_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n) {
 void gelu_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_t* dout,
                    int64_t n) {
   if (!dinp) return;  // null gradient: not computed
-  map(cx, "gelu_backward", dinp, GeluBackward{}, n, static_cast<const bf16_t*>(dinp), inp, dout);
+  map(cx, "gelu_backward", dinp, GeluBackward{}, n, inp, dout);
 }
 
 // erff and tanhf: glibc's under the emulator (the cpu's bits), CUDA's on a GPU, which may
@@ -158,8 +156,7 @@ void gelu_erf_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n
 void gelu_erf_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_t* dout,
                        int64_t n) {
   if (!dinp) return;
-  map(cx, "gelu_erf_backward", dinp, GeluErfBackward{}, n, static_cast<const bf16_t*>(dinp), inp,
-      dout);
+  map(cx, "gelu_erf_backward", dinp, GeluErfBackward{}, n, inp, dout);
 }
 
 void tanh_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n) {
@@ -169,7 +166,7 @@ void tanh_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n) {
 void tanh_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* out, const bf16_t* dout,
                    int64_t n) {
   if (!dinp) return;
-  map(cx, "tanh_backward", dinp, TanhBackward{}, n, static_cast<const bf16_t*>(dinp), out, dout);
+  map(cx, "tanh_backward", dinp, TanhBackward{}, n, out, dout);
 }
 
 void add(CudaContext& cx, bf16_t* out, const bf16_t* a, const bf16_t* b, int64_t n) {

@@ -199,11 +199,11 @@ __device__ __forceinline__ int fragment_column(int nb, int e) {
   return nb * 8 + 2 * (threadIdx.x % 4) + (e % 2);
 }
 
-// dst (two bf16 at an even element) = rn(old + scale·value) for each of the pair.
-__device__ __forceinline__ void accumulate_pair(bf16_t* dst, float scale, float first,
-                                                float second) {
-  dst[0] = to_bf16(to_float(dst[0]) + scale * first);
-  dst[1] = to_bf16(to_float(dst[1]) + scale * second);
+// dst (two bf16 at an even element) = rn(scale·value) for each of the pair; the old contents
+// are not read (backend.h: input gradients are written).
+__device__ __forceinline__ void write_pair(bf16_t* dst, float scale, float first, float second) {
+  dst[0] = to_bf16(scale * first);
+  dst[1] = to_bf16(scale * second);
 }
 
 // The tiles of two (T, HS) matrices that a kernel walks together (k and v in the forward and
@@ -397,7 +397,7 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
   }
 }
 
-// dq part of dqkv (B, T, 3C) += scale·dS·k; delta (B, NH, T) = D. Block (query block, h, b).
+// dq part of dqkv (B, T, 3C) = scale·dS·k; delta (B, NH, T) = D. Block (query block, h, b).
 // out (B, T, C) is the forward's output.
 template <int kHeadSize>
 __global__ void __launch_bounds__(kThreads)
@@ -469,11 +469,11 @@ __global__ void __launch_bounds__(kThreads)
     bf16_t* dq_row = dqkv + head.offset + rows[r] * head.row_stride;
     COLLAGE_UNROLL
     for (int nd = 0; nd < kDimBlocks; nd++)
-      accumulate_pair(dq_row + fragment_column(nd, 0), scale, dq[nd].v[2 * r], dq[nd].v[2 * r + 1]);
+      write_pair(dq_row + fragment_column(nd, 0), scale, dq[nd].v[2 * r], dq[nd].v[2 * r + 1]);
   }
 }
 
-// dk, dv parts of dqkv (B, T, 3C) += scale·dSᵀ·q, Zᵀ·dout. Block (key block, h, b).
+// dk, dv parts of dqkv (B, T, 3C) = scale·dSᵀ·q, Zᵀ·dout. Block (key block, h, b).
 template <int kHeadSize>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
@@ -575,8 +575,8 @@ __global__ void __launch_bounds__(kThreads)
     COLLAGE_UNROLL
     for (int nd = 0; nd < kDimBlocks; nd++) {
       const int d = fragment_column(nd, 0);
-      accumulate_pair(dk_row + d, scale, dk[nd].v[2 * r], dk[nd].v[2 * r + 1]);
-      accumulate_pair(dv_row + d, 1.0f, dv[nd].v[2 * r], dv[nd].v[2 * r + 1]);
+      write_pair(dk_row + d, scale, dk[nd].v[2 * r], dk[nd].v[2 * r + 1]);
+      write_pair(dv_row + d, 1.0f, dv[nd].v[2 * r], dv[nd].v[2 * r + 1]);
     }
   }
 }

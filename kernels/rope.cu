@@ -2,7 +2,7 @@
 // src/backend/cpu/rope.cpp): within each head of q and k, the pair (x_i, x_{i+HS/2}) at
 // position t rotates by the angle t·base^(-2i/HS):
 //   forward  (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin),   v copied;
-//   backward dqkv += Rᵀ·dout: (d1, d2) += (x1 cos + x2 sin, -x1 sin + x2 cos),   dv += dout_v.
+//   backward dqkv = Rᵀ·dout:  (d1, d2) = (x1 cos + x2 sin, x2 cos - x1 sin),    dv = dout_v.
 //
 // Elementwise, so bit-identical to the cpu backend: the cos/sin table is the cpu's own
 // (numerics/rope_table.h, angles in double), uploaded once per (T, HS, base) into
@@ -26,7 +26,7 @@ namespace {
 constexpr int kRopeBlock = 256;
 
 // out (N, 3C) = R·in for q and k, in for v (forward; out may alias in: each thread reads its
-// pair before writing it); out (N, 3C) += Rᵀ·in (backward). cos_table, sin_table (T, HS/2).
+// pair before writing it); out (N, 3C) = Rᵀ·in (backward). cos_table, sin_table (T, HS/2).
 template <bool kBackward>
 __global__ void rope_kernel(bf16_t* out, const bf16_t* in, const float* cos_table,
                             const float* sin_table, int64_t N, int T, int NH, int HS) {
@@ -38,13 +38,9 @@ __global__ void rope_kernel(bf16_t* out, const bf16_t* in, const float* cos_tabl
   const int64_t column = item % (2 * C);
   const bf16_t* x = in + row * 3 * C;  // (3C): q, k, v
   bf16_t* y = out + row * 3 * C;
-  if (column >= C) {  // v: copied forward, accumulated backward
+  if (column >= C) {  // v: copied, forward and backward
     const int64_t c = 2 * C + (column - C);
-    if constexpr (kBackward) {
-      y[c] = to_bf16(to_float(y[c]) + to_float(x[c]));
-    } else {
-      y[c] = x[c];
-    }
+    y[c] = x[c];
     return;
   }
   const int half = HS / 2;
@@ -57,8 +53,8 @@ __global__ void rope_kernel(bf16_t* out, const bf16_t* in, const float* cos_tabl
   const float x1 = to_float(x[first]), x2 = to_float(x[second]);
   // The cpu's expressions, term for term (src/backend/cpu/rope.cpp).
   if constexpr (kBackward) {
-    y[first] = to_bf16(to_float(y[first]) + x1 * cos_ti + x2 * sin_ti);
-    y[second] = to_bf16(to_float(y[second]) - x1 * sin_ti + x2 * cos_ti);
+    y[first] = to_bf16(x1 * cos_ti + x2 * sin_ti);
+    y[second] = to_bf16(x2 * cos_ti - x1 * sin_ti);
   } else {
     y[first] = to_bf16(x1 * cos_ti - x2 * sin_ti);
     y[second] = to_bf16(x2 * cos_ti + x1 * sin_ti);

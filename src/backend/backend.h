@@ -8,9 +8,13 @@
 //  - GEMMs: bf16 operands, fp32 accumulation, one rounding on store.
 //  - Reductions (layernorm statistics, softmax max/sum, losses, norms) accumulate in fp32
 //    or wider; saved statistics (mean, rstd, lse) are fp32.
-//  - Backward ops ACCUMULATE into every gradient they write (`+=`, one rounding to bf16):
-//    parameter gradients accumulate over micro-batches, and activation gradients sum over
-//    the branches that read an activation. The caller zeroes gradient buffers first.
+//  - Backward ops ACCUMULATE into parameter gradients (`+=`, one rounding to bf16: they sum
+//    over micro-batches; the trainer zeroes them once a step) and WRITE the gradient of their
+//    input (`=`, one rounding; the buffer's old contents are never read), so no activation
+//    gradient needs zeroing first. Two ops add into their input's gradient instead:
+//    layernorm_backward (its dinp is the residual stream's gradient, which every layer adds
+//    into) and scatter_add_rows (rows repeat). Where branches meet, the model adds with
+//    accumulate().
 //  - Any gradient pointer may be null: that gradient is then not computed.
 //  - N = B*T rows. Pointers are device pointers from allocate().
 //  - Every op checks its arguments (sizes, scalars, required pointers) with its check in
@@ -106,6 +110,8 @@ class BackendT {
     contract::residual_layernorm_forward(residual, out, a, b, weight, N, C, eps);
     do_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
   }
+  // dinp (N, C) += the input's gradient (added, not written: in the models dinp is the
+  // residual stream's gradient); dweight, dbias (C) += their gradients.
   void layernorm_backward(Storage* dinp, Storage* dweight, Storage* dbias, const Storage* dout,
                           const Storage* inp, const Storage* weight, const float* mean,
                           const float* rstd, int64_t N, int C) {
@@ -119,7 +125,8 @@ class BackendT {
     contract::matmul_forward(out, inp, weight, N, C, OC);
     do_matmul_forward(out, inp, weight, bias, N, C, OC);
   }
-  // dinp (N, C) += dout · weight; dweight (OC, C) += dout^T · inp; dbias (OC) += Σ_rows dout
+  // dinp (N, C) = dout · weight (written); dweight (OC, C) += dout^T · inp; dbias (OC) +=
+  // Σ_rows dout
   void matmul_backward(Storage* dinp, Storage* dweight, Storage* dbias, const Storage* dout,
                        const Storage* inp, const Storage* weight, int64_t N, int C, int OC) {
     contract::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
@@ -127,7 +134,8 @@ class BackendT {
   }
 
   // ---- elementwise ----
-  // GELU, tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+  // GELU, tanh approximation: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))); backward:
+  // dinp = gelu'(inp)·dout.
   void gelu_forward(Storage* out, const Storage* inp, int64_t n) {
     contract::elementwise("gelu_forward", n, {out, inp}), do_gelu_forward(out, inp, n);
   }
@@ -148,7 +156,7 @@ class BackendT {
 
   // ---- encoder ops (BERT/RoBERTa) ----
   // GELU, exact: 0.5·x·(1 + erf(x/√2)) (BERT's and RoBERTa's "gelu"); backward:
-  // dinp += (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π))·dout. erff is the C library's on the
+  // dinp = (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π))·dout. erff is the C library's on the
   // cpu and CUDA's on a GPU; the two may differ by an ulp (numerics/elementwise_math.h).
   void gelu_erf_forward(Storage* out, const Storage* inp, int64_t n) {
     contract::elementwise("gelu_erf_forward", n, {out, inp}), do_gelu_erf_forward(out, inp, n);
@@ -157,7 +165,7 @@ class BackendT {
     contract::elementwise_backward("gelu_erf_backward", n, dinp, {inp, dout}),
         do_gelu_erf_backward(dinp, inp, dout, n);
   }
-  // out = tanh(inp) (the pooler); backward from the saved output: dinp += (1 - out²)·dout.
+  // out = tanh(inp) (the pooler); backward from the saved output: dinp = (1 - out²)·dout.
   void tanh_forward(Storage* out, const Storage* inp, int64_t n) {
     contract::elementwise("tanh_forward", n, {out, inp}), do_tanh_forward(out, inp, n);
   }
@@ -171,7 +179,7 @@ class BackendT {
   // (numerics/elementwise_math.h: dropout_uniform). Nothing is stored: the backward recomputes
   // the mask from (seed, offset), every backend draws the same mask, and a resumed run replays
   // it. The caller gives each dropout site its own range of offsets. p = 0 is the identity.
-  // out may equal inp. Backward: dinp += dout·factor.
+  // out may equal inp. Backward: dinp = dout·factor.
   void dropout_forward(Storage* out, const Storage* inp, int64_t n, float p, uint64_t seed,
                        uint64_t offset) {
     contract::dropout("dropout_forward", n, p, out, inp, false);
@@ -223,7 +231,7 @@ class BackendT {
     contract::rope("rope_forward", out, qkv, B, T, NH, HS, base, false);
     do_rope_forward(out, qkv, B, T, NH, HS, base);
   }
-  // dqkv += R^T · dout (v passes through).
+  // dqkv = R^T · dout (v passes through).
   void rope_backward(Storage* dqkv, const Storage* dout, int B, int T, int NH, int HS, float base) {
     contract::rope("rope_backward", dqkv, dout, B, T, NH, HS, base, true);
     do_rope_backward(dqkv, dout, B, T, NH, HS, base);
@@ -233,6 +241,7 @@ class BackendT {
   // qkv (B, T, 3·NH·HS) as above; out (B, T, NH·HS); lse (B, NH, T) fp32 log-sum-exp of each
   // query row's scaled, masked scores (saved; backward recomputes the probabilities).
   // causal: query i sees keys j ≤ i. key_mask (B, T), may be null: key j hidden where 0.
+  // Backward: dqkv (B, T, 3·NH·HS) = the gradient of qkv, written whole (0 for hidden keys).
   void attention_forward(Storage* out, float* lse, const Storage* qkv, const int32_t* key_mask,
                          bool causal, int B, int T, int NH, int HS) {
     contract::attention("attention_forward", out, lse, qkv, B, T, NH, HS, 0.0f);
@@ -256,7 +265,7 @@ class BackendT {
     contract::cross_entropy_forward(losses, logits, targets, N, V, Vp);
     do_cross_entropy_forward(losses, logits, targets, N, V, Vp, row_lse);
   }
-  // dlogits (N, Vp) += (softmax(logits[:V]) - onehot(target)) · dloss; 0 in padding columns
+  // dlogits (N, Vp) = (softmax(logits[:V]) - onehot(target)) · dloss; 0 in padding columns
   // and ignored rows.
   void cross_entropy_backward(Storage* dlogits, const Storage* logits, const int32_t* targets,
                               int64_t N, int V, int Vp, float dloss) {
@@ -277,12 +286,11 @@ class BackendT {
   //   3. lse (N) = row_max + log(sums[i]); losses (N) = lse − sums[N + i]; both 0 for targets < 0.
   // Backward: dlogits (N, Vl) = (exp(x[j] − lse[i]) − [vocab_begin + j == target_i]) · dloss
   // in the real columns, 0 in the padding columns and in rows with targets < 0: it writes every
-  // element, the one backward op that does not accumulate (dlogits has no other contribution,
-  // and writing spares the model zeroing its largest gradient first). Targets >= V are an error
+  // element, as every input gradient is written. Targets >= V are an error
   // (cpu throws like cross_entropy_forward; kernels treat them as ignored, writing zeros: they
   // are data, outside the argument checks of backend_contract.h).
   // With vocab_begin = 0 and Vl = Vp these give cross_entropy_forward's results and
-  // cross_entropy_backward's onto a zeroed dlogits.
+  // cross_entropy_backward's.
   void cross_entropy_shard_max(float* row_max, const Storage* logits, int64_t N, int V, int Vl,
                                int64_t vocab_begin) {
     contract::cross_entropy_shard_max(row_max, logits, N, V, Vl, vocab_begin);

@@ -38,7 +38,8 @@ struct BertT<Storage>::Activations {
   Storage *cls, *pooled_pre, *pooled;  // (B, C)
   Storage* nsp_logits;                 // (B, 2)
   float* nsp_losses;
-  // backward scratch (ops accumulate: zeroed before use)
+  // backward scratch, written by the ops (dx, dres and ddense_gelu, which ops add into, are
+  // zeroed first)
   Storage *dx, *dx_prev, *dres, *dbranch, *dln;  // (N, C)
   Storage* dqkv;                                 // (N, C3l)
   Storage* datty;                                // (N, Cl)
@@ -152,8 +153,8 @@ void BertT<Storage>::dropout_forward(Storage* x, int64_t n, float p, int site) {
 template <typename Storage>
 void BertT<Storage>::dropout_backward(Storage* dinp, const Storage* dout, int64_t n, float p,
                                       int site) {
-  if (!last_dropout_ || p == 0.0f) {
-    backend_.accumulate(dinp, dout, n);
+  if (!last_dropout_ || p == 0.0f) {  // the identity: dinp = dout, as dropout_backward writes
+    backend_.copy(dinp, dout, size_t(n) * sizeof(Storage));
     return;
   }
   backend_.dropout_backward(dinp, dout, n, p, dropout_seed_, dropout_offset(site));
@@ -396,12 +397,12 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
   BackendT<Storage>& be = backend_;
   const size_t nc_bytes = size_t(N) * C * sizeof(Storage);
 
-  be.zero(a.dx, nc_bytes);  // gradient of the last layer's output
+  // Each backward op writes its input's gradient, so only the buffers that ops add into are
+  // zeroed: those of layernorm_backward and scatter_add_rows (backend.h).
+  be.zero(a.dx, nc_bytes);  // gradient of the last layer's output: the heads' rows add into it
   if (M > 0) {
-    const size_t mc_bytes = size_t(M) * C * sizeof(Storage);
-    for (Storage* d : {a.dmlm_ln, a.ddense_gelu, a.ddense, a.dpicked}) be.zero(d, mc_bytes);
-    // Writes all of dlogits (no zeroing), from the forward's lse at any tp
-    // (vocab_parallel_loss.h).
+    be.zero(a.ddense_gelu, size_t(M) * C * sizeof(Storage));
+    // dlogits from the forward's lse at any tp (vocab_parallel_loss.h).
     be.cross_entropy_shard_backward(a.dlogits, a.logits, a.mlm_targets, a.row_lse, M, V_, Vl,
                                     vocab_begin_, dloss_mlm);
     be.matmul_backward(a.dmlm_ln, g.word, g.decoder_b, a.dlogits, a.mlm_ln, w.word, M, C, Vl);
@@ -414,9 +415,6 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
     be.scatter_add_rows(a.dx, a.dpicked, a.mlm_rows, M, C);
   }
   if (nsp_) {
-    const size_t bc_bytes = size_t(B) * C * sizeof(Storage);
-    be.zero(a.dnsp_logits, size_t(B) * 2 * sizeof(Storage));
-    for (Storage* d : {a.dpooled, a.dpooled_pre, a.dcls}) be.zero(d, bc_bytes);
     be.cross_entropy_backward(a.dnsp_logits, a.nsp_logits, a.nsp_targets, B, 2, 2, dloss_nsp);
     be.matmul_backward(a.dpooled, g.nsp_w, g.nsp_b, a.dnsp_logits, a.pooled, w.nsp_w, B, C, 2);
     be.tanh_backward(a.dpooled_pre, a.pooled, a.dpooled, int64_t{B} * C);
@@ -432,11 +430,7 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
     const LayerWeights& lg = g.layers[l];
     const LayerActivations& la = a.layers[l];
     const Storage* x_in = l == 0 ? a.x0 : a.layers[l - 1].ln2;
-    for (Storage* d : {a.dres, a.dbranch, a.dln, a.dx_prev}) be.zero(d, nc_bytes);
-    be.zero(a.datty, size_t(N) * Cl * sizeof(Storage));
-    be.zero(a.dqkv, size_t(N) * C3l * sizeof(Storage));
-    be.zero(a.dfch, size_t(N) * Fl * sizeof(Storage));
-    be.zero(a.dfch_gelu, size_t(N) * Fl * sizeof(Storage));
+    be.zero(a.dres, nc_bytes);
     // x_out = LN2(res2), res2 = ln1 + dropout(fc2(gelu(fc1(ln1))))
     be.layernorm_backward(a.dres, lg.ln2_w, lg.ln2_b, a.dx, la.res2, lw.ln2_w, la.ln2_mean,
                           la.ln2_rstd, N, C);
@@ -448,7 +442,6 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
     be.accumulate(a.dln, a.dres, N * C);  // the residual path
     // ln1 = LN1(res1), res1 = x_in + dropout(proj(attention(qkv(x_in))))
     be.zero(a.dres, nc_bytes);
-    be.zero(a.dbranch, nc_bytes);
     be.layernorm_backward(a.dres, lg.ln1_w, lg.ln1_b, a.dln, la.res1, lw.ln1_w, la.ln1_mean,
                           la.ln1_rstd, N, C);
     dropout_backward(a.dbranch, a.dres, N * C, config_.hidden_dropout, 3 * l + 2);
@@ -462,7 +455,6 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
 
   // Embeddings: dx is the gradient of x0 = dropout(LN(emb)), whole on every rank; each rank
   // accumulates its own vocabulary rows of the word embedding.
-  be.zero(a.dln, nc_bytes);
   be.zero(a.dres, nc_bytes);
   dropout_backward(a.dln, a.dx, N * C, config_.hidden_dropout, 0);
   be.layernorm_backward(a.dres, g.emb_ln_w, g.emb_ln_b, a.dln, a.emb, w.emb_ln_w, a.emb_mean,

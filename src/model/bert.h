@@ -161,8 +161,8 @@ class BertT : public TransformerModelT<Storage, MaskedLanguageModelT<Storage>> {
   // Carves every activation buffer from `arena` (a counting Arena only sizes them).
   static void plan_activations(const ModelConfig& config, int micro_batch, int seq_len,
                                int max_predictions, int tp, Arena& arena, Activations& acts);
-  // Dropout of n elements of `site` in this micro-batch, in place; backward: dinp += the same
-  // mask applied to dout. Identity (a copy-add in the backward) when dropout is off or p = 0.
+  // Dropout of n elements of `site` in this micro-batch, in place; backward: dinp = the same
+  // mask applied to dout. Identity (a copy in the backward) when dropout is off or p = 0.
   void dropout_forward(Storage* x, int64_t n, float p, int site);
   void dropout_backward(Storage* dinp, const Storage* dout, int64_t n, float p, int site);
   uint64_t dropout_offset(int site) const;

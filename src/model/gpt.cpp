@@ -192,20 +192,16 @@ void GptT<Storage>::backward(float dloss) {
   BackendT<Storage>& be = backend_;
 
   GptLayerGradients<Storage>& d = a.layer_grads;
-  auto zero = [&](Storage* gradient, int64_t count) {
-    if (gradient) be.zero(gradient, size_t(count) * sizeof(Storage));
-  };
 
-  // head: logits = lnf · headᵀ, then the final layernorm. Every backward op accumulates into
-  // its output, so each gradient is zeroed first, except dlogits: the cross-entropy backward
-  // writes all of it, from the forward's lse at any tp (vocab_parallel_loss.h).
+  // head: logits = lnf · headᵀ, then the final layernorm. Each backward op writes its input's
+  // gradient (dlogits from the forward's lse at any tp: vocab_parallel_loss.h), so none is
+  // zeroed first, except dresidual, which the layernorm backwards add into (backend.h).
   be.cross_entropy_shard_backward(a.dlogits, a.logits, a.targets, a.row_lse, N, V_, Vl,
                                   vocab_begin_, dloss);
-  zero(a.dlnf, N * C);
   be.matmul_backward(a.dlnf, g.head, nullptr, a.dlogits, a.lnf, w.head, N, C, Vl);
   all_reduce_tp(a.dlnf, N * C);  // the head is column-parallel: its input's gradient sums
   const Storage* x_last = a.layers.back().residual3;
-  zero(a.dresidual, N * C);
+  be.zero(a.dresidual, size_t(N) * C * sizeof(Storage));
   be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dlnf, x_last, w.lnf_w, a.lnf_mean,
                         a.lnf_rstd, N, C);
 
@@ -216,13 +212,6 @@ void GptT<Storage>::backward(float dloss) {
     const LayerWeights& lg = g.layers[l];
     const GptLayerActivations<Storage>& la = a.layers[l];
     const Storage* x = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    zero(d.dfch_gelu, N * Fl);
-    zero(d.dfch, N * Fl);
-    zero(d.dln2, N * C);
-    zero(d.datty, N * Cl);
-    zero(d.dqkv_rope, N * C3);  // null without rope
-    zero(d.dqkv, N * C3);
-    zero(d.dln1, N * C);
     // MLP branch
     be.matmul_backward(d.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dresidual, la.fch_gelu, lw.fc2_w, N, Fl,
                        C);

@@ -27,8 +27,8 @@ struct GptLayerActivations {
 };
 
 // The gradients one layer's backward computes, in the order it computes them. Every layer
-// reuses them (the backward runs from the last layer to the first), and each is zeroed by
-// name before the layer starts, since every backward op accumulates into its output.
+// reuses them (the backward runs from the last layer to the first); each op writes its
+// gradient whole, so none is zeroed (backend.h).
 template <typename Storage>
 struct GptLayerGradients {
   Storage* dfch_gelu;  // (N, Fl) of fc2's input
@@ -57,7 +57,7 @@ struct GptActivations {
   float* row_sums = nullptr;  // (2N) Σ exp(logit − max) | the target's logit
   float* row_lse = nullptr;   // (N) log-sum-exp, saved for the backward
 
-  // ---- backward: activation gradients (ops accumulate, so each is zeroed before use) ----
+  // ---- backward: activation gradients (written by the ops; dresidual is added into) ----
   Storage* dlogits = nullptr;  // (N, Vl) of the logits; the head's backward only
   Storage* dlnf = nullptr;     // (N, C) of the final layernorm's output; the head's backward only
   // (N, C) of the residual stream: of the last layer's output after the final layernorm's

@@ -22,10 +22,10 @@ constexpr double kBf16 = 2, kF32 = 4, kI32 = 4;  // bytes
 // src/numerics/elementwise_math.h: exp_approx is 3 (n = round(y/ln2)) + 4 (reduction) + 14
 // (7 Horner steps) + 1 (·2^n) = 22; gelu is u = s·(x + c·x·x·x) (5), −2u (1), exp (22),
 // 1 + e (1), x / · (1) = 30; gelu_derivative is u (5), du (4), σ (25), σ + 2x·σ(1−σ)·du (6)
-// = 40, and the backward adds dout·(·) into dinp (2).
+// = 40, and the backward multiplies by dout (1).
 constexpr double kExpFlops = 22;
 constexpr double kGeluFlops = 30;
-constexpr double kGeluBackwardFlops = 40 + 2;
+constexpr double kGeluBackwardFlops = 40 + 1;
 // LayerNorm (src/backend/cpu/layernorm.cpp, each quantity formed once): forward Σx (1),
 // d = x − mean (1), Σd² (2), d·rstd·w + b (3) = 7; backward g = dout·w (1), x̂ (2), Σg (1),
 // Σg·x̂ (2), dinp += rstd·(g − mean(g) − x̂·mean(g·x̂)) (5), dweight Σdout·x̂ (2), dbias (1)
@@ -33,15 +33,14 @@ constexpr double kGeluBackwardFlops = 40 + 2;
 constexpr double kLayernormForwardFlops = 7;
 constexpr double kLayernormBackwardFlops = 14;
 // Cross-entropy per logit (src/backend/cpu/cross_entropy.cpp): running max (1), x − max (1),
-// exp (22), Σ (1) = 25 for the log-sum-exp, which the forward saves; the backward adds
-// exp(x − lse)·dloss into dlogits (1 + 22 + 1 + 1) = 25.
+// exp (22), Σ (1) = 25 for the log-sum-exp, which the forward saves; the backward writes
+// exp(x − lse)·dloss (1 + 22 + 1) = 24.
 constexpr double kCrossEntropyForwardFlops = 3 + kExpFlops;
-constexpr double kCrossEntropyBackwardFlops = 3 + kExpFlops;
+constexpr double kCrossEntropyBackwardFlops = 2 + kExpFlops;
 // RoPE per rotated element of q and k (src/backend/cpu/rope.cpp): a pair takes 2·(2 mul +
-// 1 add) forward, 2·(2 mul + 2 add) backward (it accumulates); v is copied forward and added
-// backward (1 per element).
+// 1 add), forward and backward; v is copied.
 constexpr double kRopeForwardFlops = 3;
-constexpr double kRopeBackwardFlops = 4;
+constexpr double kRopeBackwardFlops = 3;
 
 std::string short_number(double x) {
   const double a = std::fabs(x);
@@ -195,11 +194,11 @@ struct KernelCostRows {
     add("matmul_forward " + name, KernelPhase::forward, calls,
         (N * K + OC * K + (bias ? OC : 0) + N * OC) * kBf16, 2 * N * K * OC, true);
   }
-  // matmul_backward: dinp (N, K) += dout·W, dweight (OC, K) += doutᵀ·inp, dbias += Σ dout:
-  // dout, inp, W read; dinp, dweight, dbias read and written (they accumulate). 2 GEMMs.
+  // matmul_backward: dinp (N, K) = dout·W, dweight (OC, K) += doutᵀ·inp, dbias += Σ dout:
+  // dout, inp, W read; dinp written; dweight, dbias read and written (they accumulate). 2 GEMMs.
   void matmul_backward(const std::string& name, int64_t calls, double K, double OC, bool bias) {
     add("matmul_backward " + name, KernelPhase::backward, calls,
-        (N * OC + N * K + OC * K + 2 * N * K + 2 * OC * K + (bias ? 2 * OC : 0)) * kBf16,
+        (N * OC + N * K + OC * K + N * K + 2 * OC * K + (bias ? 2 * OC : 0)) * kBf16,
         4 * N * K * OC, true);
   }
   // layernorm_backward: dout, inp, weight, mean, rstd read; dinp, dweight, dbias accumulate.
@@ -247,37 +246,32 @@ void add_forward(KernelCostRows& k) {
   k.add("sum losses", KP::forward, 1, N * kF32, N);
 }
 
-// The backward's kernels, in the order of GptT::backward; the zeroed gradients are memsets.
+// The backward's kernels, in the order of GptT::backward. Each op writes its input's gradient;
+// only dresidual, which the layernorm backwards add into, is zeroed (a memset).
 void add_backward(KernelCostRows& k) {
   using KP = KernelPhase;
   const double N = k.N, C = k.C, F = k.F, V = k.V, Vp = k.Vp, NH = k.NH;
   const int T = k.T;
   const int64_t L = k.L;
   const bool rope = k.rope;
-  k.add("zero dlnf", KP::backward, 1, N * C * kBf16, 0);
   k.add("zero dresidual", KP::backward, 1, N * C * kBf16, 0);
-  // Each layer's gradients (GptLayerGradients), zeroed before the layer's backward.
-  k.add("zero dfch_gelu, dfch", KP::backward, 2 * L, N * F * kBf16, 0);
-  k.add("zero dln2, datty, dln1", KP::backward, 3 * L, N * C * kBf16, 0);
-  k.add(rope ? "zero dqkv_rope, dqkv" : "zero dqkv", KP::backward, (rope ? 2 : 1) * L,
-        N * 3 * C * kBf16, 0);
   // logits (V real columns), targets and the forward's lse read; all of dlogits written.
   k.add("cross_entropy_shard_backward", KP::backward, 1,
         N * V * kBf16 + N * Vp * kBf16 + N * kI32 + N * kF32, kCrossEntropyBackwardFlops * N * V);
   k.matmul_backward("head", 1, C, Vp, false);
   k.layernorm_backward("ln_f", 1);
   k.matmul_backward("fc2", L, F, C, true);
-  k.add("gelu_backward", KP::backward, L, 4 * N * F * kBf16, kGeluBackwardFlops * N * F);
+  k.add("gelu_backward", KP::backward, L, 3 * N * F * kBf16, kGeluBackwardFlops * N * F);
   k.matmul_backward("fc1", L, C, F, true);
   k.layernorm_backward("ln_2", L);
   k.matmul_backward("proj", L, C, C, true);
-  // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv read and written.
+  // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv written.
   k.add("attention_backward", KP::backward, L,
-        (N * C + N * C + N * 3 * C + 2 * N * 3 * C) * kBf16 + N * NH * kF32, 5 * k.attention_gemm,
+        (N * C + N * C + N * 3 * C + N * 3 * C) * kBf16 + N * NH * kF32, 5 * k.attention_gemm,
         k.attention_on_tensor_cores, true);
   if (rope) {
-    k.add("rope_backward", KP::backward, L, 3 * N * 3 * C * kBf16 + k.rope_table_bytes,
-          kRopeBackwardFlops * N * 2 * C + N * C);
+    k.add("rope_backward", KP::backward, L, 2 * N * 3 * C * kBf16 + k.rope_table_bytes,
+          kRopeBackwardFlops * N * 2 * C);
   }
   k.matmul_backward("qkv", L, C, 3 * C, true);
   k.layernorm_backward("ln_1", L);

@@ -66,8 +66,9 @@ TYPED_TEST(AttentionTest, QueriesThatSeeNothingGetZeros) {
   const std::vector<int32_t> mask = {0, 1, 1, 1, 0, 0, 0, 0};
   const auto qkv = random_values<S>(rng, size_t(B) * T * 3 * C);
   const auto dout = random_values<S>(rng, size_t(B) * T * C);
+  // dqkv starts as NaNs: the zeros must be written, not left (backend.h).
   DeviceBuffer<S, BackendT<S>> d_qkv(*backend, qkv), d_out(*backend, dout.size()),
-      d_dout(*backend, dout), d_dqkv(*backend, qkv.size());
+      d_dout(*backend, dout), d_dqkv(*backend, nan_values<S>(qkv.size()));
   DeviceBuffer<float, BackendT<S>> d_lse(*backend, size_t(B) * NH * T);
   DeviceBuffer<int32_t, BackendT<S>> d_mask(*backend, mask);
   backend->attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), d_mask.get(), true, B, T, NH,

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -163,6 +164,14 @@ std::vector<S> random_values(Rng& rng, size_t n, double scale = 1.0) {
   return v;
 }
 
+// n quiet NaNs in storage S: the old contents of a gradient that an op must write whole
+// (backend.h). An op that read them would pass NaN on; one that writes every element leaves
+// none.
+template <typename S>
+std::vector<S> nan_values(size_t n) {
+  return std::vector<S>(n, Storage<S>::from(std::numeric_limits<double>::quiet_NaN()));
+}
+
 template <typename S>
 std::vector<double> to_double(const std::vector<S>& v) {
   std::vector<double> out(v.size());
@@ -238,7 +247,7 @@ double weighted_sum(const std::vector<S>& out, const std::vector<double>& weight
 }
 
 // The finite-difference check of an elementwise op on the fp32 backend: forward(out, inp, n)
-// and backward(dinp, inp, dout, n) accumulating dloss/dinp, for 40 inputs of scale 2.
+// and backward(dinp, inp, dout, n) writing dloss/dinp, for 40 inputs of scale 2.
 template <typename Forward, typename Backward>
 void expect_elementwise_gradient_matches_differences(Forward forward, Backward backward) {
   auto backend = make_cpu_backend_fp32(kFdThreads);

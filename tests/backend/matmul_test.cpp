@@ -64,8 +64,9 @@ TYPED_TEST(MatmulTest, ForwardMatchesFloat64) {
   }
 }
 
-// Gradients accumulate into buffers that already hold values (+=, one rounding).
-TYPED_TEST(MatmulTest, BackwardAccumulatesFloat64Gradients) {
+// dweight and dbias accumulate into buffers that already hold values (+=, one rounding); dinp
+// is written over a buffer of NaNs, which must not be read.
+TYPED_TEST(MatmulTest, BackwardWritesDinpAndAccumulatesParameterGradients) {
   using S = typename TypeParam::Storage;
   auto backend = TypeParam::make();
   Rng rng(2);
@@ -73,7 +74,7 @@ TYPED_TEST(MatmulTest, BackwardAccumulatesFloat64Gradients) {
     const auto inp = random_values<S>(rng, size_t(s.N) * s.C);
     const auto weight = random_values<S>(rng, size_t(s.OC) * s.C);
     const auto dout = random_values<S>(rng, size_t(s.N) * s.OC);
-    const auto dinp0 = random_values<S>(rng, inp.size());
+    const auto dinp0 = nan_values<S>(inp.size());
     const auto dweight0 = random_values<S>(rng, weight.size());
     const auto dbias0 = random_values<S>(rng, s.OC);
     DeviceBuffer<S, BackendT<S>> d_inp(*backend, inp), d_weight(*backend, weight),
@@ -83,7 +84,8 @@ TYPED_TEST(MatmulTest, BackwardAccumulatesFloat64Gradients) {
                              d_inp.get(), d_weight.get(), s.N, s.C, s.OC);
 
     const auto x = to_double(inp), w = to_double(weight), g = to_double(dout);
-    auto dx = to_double(dinp0), dw = to_double(dweight0), db = to_double(dbias0);
+    std::vector<double> dx(inp.size(), 0.0);
+    auto dw = to_double(dweight0), db = to_double(dbias0);
     // Σ|terms| of each gradient entry: the scale of its fp32 sum's error.
     std::vector<double> dx_terms(dx.size()), dw_terms(dw.size()), db_terms(db.size());
     for (int n = 0; n < s.N; n++) {
@@ -100,8 +102,8 @@ TYPED_TEST(MatmulTest, BackwardAccumulatesFloat64Gradients) {
         }
       }
     }
-    // One rounding of old + Σ; an fp32 sum of K ≤ 1100 terms errs by ~√K·2^-24·Σ|terms|, well
-    // inside 1e-5·Σ|terms|.
+    // One rounding of Σ (dinp) or old + Σ; an fp32 sum of K ≤ 1100 terms errs by
+    // ~√K·2^-24·Σ|terms|, well inside 1e-5·Σ|terms|.
     expect_close(to_double(d_dinp.download()), dx, result_rel<S>(), 1e-5 * max_abs(dx_terms),
                  "dinp");
     expect_close(to_double(d_dweight.download()), dw, result_rel<S>(), 1e-5 * max_abs(dw_terms),

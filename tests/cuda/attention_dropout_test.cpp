@@ -58,15 +58,14 @@ int64_t check_out(const std::vector<bf16>& got, const std::vector<bf16>& want, d
 
 // One part (q, k or v) of dqkv; returns the largest ulp distance.
 int64_t check_gradient(const Case& c, const std::vector<bf16>& got, const std::vector<bf16>& want,
-                       const std::vector<bf16>& old, int part, const char* what) {
+                       int part, const char* what) {
   const int C = c.NH * c.HS;
   std::vector<size_t> indices;
   for (size_t row = 0; row < size_t(c.B) * c.T; row++) {
     for (int e = 0; e < C; e++) indices.push_back(row * 3 * C + size_t(part) * C + e);
   }
   double scale = 0;
-  for (size_t i : indices)
-    scale = std::max(scale, std::fabs(double(bf16_to_float(want[i])) - bf16_to_float(old[i])));
+  for (size_t i : indices) scale = std::max(scale, std::fabs(double(bf16_to_float(want[i]))));
   int64_t worst = 0;
   int misses = 0;
   for (size_t i : indices) {
@@ -91,7 +90,9 @@ TEST(CudaAttentionDropout, ForwardAndBackwardMatchCpu) {
         const int C = c.NH * c.HS;
         const size_t qkv_count = size_t(c.B) * c.T * 3 * C, out_count = size_t(c.B) * c.T * C;
         const auto qkv = random_values<bf16>(rng, qkv_count, 1.5);
-        const auto dqkv0 = random_values<bf16>(rng, qkv_count, 0.05);
+        // NaNs, which the backward writes over without reading them (backend.h).
+        const std::vector<bf16> dqkv0(qkv_count,
+                                      float_to_bf16(std::numeric_limits<float>::quiet_NaN()));
         const uint64_t seed = 0x5eed0000000000ffull, offset = uint64_t(rng.integer(0, 1 << 30));
         Mirrored<bf16> x(pair, qkv), out(pair, out_count), dx(pair, dqkv0);
         Mirrored<bf16> dy(pair, random_values<bf16>(rng, out_count));
@@ -119,9 +120,9 @@ TEST(CudaAttentionDropout, ForwardAndBackwardMatchCpu) {
         }
         const int64_t out_ulps = check_out(out.from_emulated(), out.from_cpu(), v_scale);
         const auto got = dx.from_emulated(), want = dx.from_cpu();
-        const int64_t dq = check_gradient(c, got, want, dqkv0, 0, "dq");
-        const int64_t dk = check_gradient(c, got, want, dqkv0, 1, "dk");
-        const int64_t dv = check_gradient(c, got, want, dqkv0, 2, "dv");
+        const int64_t dq = check_gradient(c, got, want, 0, "dq");
+        const int64_t dk = check_gradient(c, got, want, 1, "dk");
+        const int64_t dv = check_gradient(c, got, want, 2, "dv");
         std::printf(
             "  B=%d T=%d NH=%d HS=%d causal=%d p=%.1f: out %lld ulp, dq %lld, dk %lld, "
             "dv %lld ulp\n",

@@ -34,14 +34,14 @@ TEST(CudaElementwise, GeluForwardMatchesCpuBits) {
   }
 }
 
-TEST(CudaElementwise, GeluBackwardAccumulatesTheCpuBits) {
+TEST(CudaElementwise, GeluBackwardWritesTheCpuBits) {
   BackendPair pair;
   Rng rng(12);
   for (int64_t n : kSizes) {
     for (int offset : kOffsets) {
       const Mirrored<bf16> inp(pair, activation_inputs(rng, n, offset));
       const Mirrored<bf16> dout(pair, padded_values(rng, n, offset));
-      const Mirrored<bf16> dinp(pair, padded_values(rng, n, offset));  // accumulated into
+      const Mirrored<bf16> dinp(pair, padded_values(rng, n, offset));  // written over
       pair.cpu->gelu_backward(dinp.cpu() + offset, inp.cpu() + offset, dout.cpu() + offset, n);
       pair.emulated->gelu_backward(dinp.emulated() + offset, inp.emulated() + offset,
                                    dout.emulated() + offset, n);

@@ -43,13 +43,13 @@ TEST(CudaRope, ForwardAndBackwardBitIdenticalToCpu) {
     expect_same_bits(in.from_emulated(), in.from_cpu(), "rope_forward in place");
     expect_same_bits(in.from_emulated(), out.from_cpu(), "rope_forward in place vs out");
 
-    // Backward accumulates into a dqkv that already holds values.
+    // Backward writes over a dqkv that holds other values (which neither backend may read).
     Mirrored<bf16> dy(pair, dout), dx(pair, dqkv0);
     pair.cpu->rope_backward(dx.cpu(), dy.cpu(), s.B, s.T, s.NH, s.HS, s.base);
     pair.emulated->rope_backward(dx.emulated(), dy.emulated(), s.B, s.T, s.NH, s.HS, s.base);
     const auto got = dx.from_emulated();
     expect_same_bits(got, dx.from_cpu(), "rope_backward dqkv");
-    EXPECT_FALSE(same_bits(got, dqkv0)) << "rope_backward added nothing";
+    EXPECT_FALSE(same_bits(got, dqkv0)) << "rope_backward wrote nothing";
   }
 }
 

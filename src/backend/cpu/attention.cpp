@@ -128,9 +128,9 @@ void attention_forward_dropout(CpuContext& cx, S* out, float* lse, const S* qkv,
 }
 
 // With P = softmax(S), S = scale · q kᵀ, and dP = dout · vᵀ:
-//   dv += Pᵀ dout,  dS = P ∘ (dP - rowsum(P ∘ dP)),  dq += scale · dS k,  dk += scale · dSᵀ q.
+//   dv = Pᵀ dout,  dS = P ∘ (dP - rowsum(P ∘ dP)),  dq = scale · dS k,  dk = scale · dSᵀ q.
 // With dropout, Z = P ∘ F (F the factors 1/(1 - p) or 0) and out = Z v:
-//   dv += Zᵀ dout,  dZ = dout · vᵀ,  dP = dZ ∘ F,  and dS as above from P and dP
+//   dv = Zᵀ dout,  dZ = dout · vᵀ,  dP = dZ ∘ F,  and dS as above from P and dP
 // (rowsum(P ∘ dP) = rowsum(Z ∘ dZ) = rowsum(dout ∘ out): still the flash-attention D_i).
 template <typename S>
 void attention_backward(CpuContext& cx, S* dqkv, const S* dout, const S* out, const S* qkv,
@@ -186,8 +186,11 @@ void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S*
     const ConstView v = read_block(head + 2 * C, T, HS, row_stride, buf + 2 * head_size);
     const ConstView dy = read_block(dout_head, T, HS, C, buf + 3 * head_size);
     float* gbuf = grad_buf[thread];
-    const View dk = open_block(dhead + C, T, HS, row_stride, gbuf, /*keep=*/true);
-    const View dv = open_block(dhead + 2 * C, T, HS, row_stride, gbuf + head_size, true);
+    // dk, dv sum over the query blocks from zero; dqkv's old contents do not count.
+    const View dk = open_block(dhead + C, T, HS, row_stride, gbuf, /*keep=*/false);
+    const View dv = open_block(dhead + 2 * C, T, HS, row_stride, gbuf + head_size, false);
+    zero_view(dk, T, HS);
+    zero_view(dv, T, HS);
     float* dq_buf = gbuf + 2 * head_size;
     const int32_t* key_ok = key_flags(cx, thread, key_mask ? key_mask + b * T : nullptr, T);
     const float* lse_head = lse + bh * T;
@@ -241,8 +244,8 @@ void attention_backward_dropout(CpuContext& cx, S* dqkv, const S* dout, const S*
         for (int j = 0; j < keys; j++) ds[j] = p[j] * (ds[j] - dot);
       }
       S* dq_block = dhead + i0 * row_stride;
-      const View dq = open_block(dq_block, rows, HS, row_stride, dq_buf, /*keep=*/true);
-      gemm(false, false, rows, HS, keys, scale, {dprob, keys}, k, 1.0f, dq);  // dq += scale dS k
+      const View dq = open_block(dq_block, rows, HS, row_stride, dq_buf, /*keep=*/false);
+      gemm(false, false, rows, HS, keys, scale, {dprob, keys}, k, 0.0f, dq);  // dq = scale dS k
       close_block(dq, dq_block, rows, HS, row_stride);
       gemm(true, false, keys, HS, rows, scale, {dprob, keys}, q_block, 1.0f,
            dk);  // dk += scale dSᵀ q

@@ -11,9 +11,9 @@
 //    rounded to bf16 (F the dropout factors, 1 without dropout); O = rn(p̃·F)·v (fp32) and
 //    out_i = rn(O_i / l_i).
 //  backward: P = e^(scale·S - lse) recomputed (fp32); D_i = dout_i·out_i from the bf16 out
-//    (fp32 sum); dv += rn(P∘F)ᵀ·dout; dZ = dout·vᵀ (fp32); dS = P∘(dZ∘F - D) (fp32);
-//    dq = rn(dq + scale·(rn(dS)·k)); dk += rn(dS)ᵀ·q. dk and dv sum over every query block in
-//    fp32 and are rounded once at the end: dk = rn(dk + scale·Σ), dv = rn(dv + Σ).
+//    (fp32 sum); dv = rn(P∘F)ᵀ·dout; dZ = dout·vᵀ (fp32); dS = P∘(dZ∘F - D) (fp32);
+//    dq = rn(scale·(rn(dS)·k)); dk = rn(dS)ᵀ·q. dk and dv sum over every query block in
+//    fp32 and are rounded once at the end: dk = rn(scale·Σ), dv = rn(Σ).
 // So P (or P∘F) and dS are rounded to bf16 before they multiply, exactly where the tensor-core
 // kernels round them. What still differs from those kernels: the forward's p̃ is relative to the
 // row's final max (the kernels' to a running max over 64- or 32-key tiles, rescaling O in fp32
@@ -263,29 +263,28 @@ void attention_backward_onednn(CpuContext& cx, bf16* dqkv, const bf16* dout, con
           for (int j = 0; j < keys; j++) ds_rounded[j] = float_to_bf16(p[j] * (ds[j] - row_delta));
         }
       }
-      // dq_block = rn(dq_block + scale · rn(dS) (rows, keys) · k[:keys])
+      // dq_block = rn(scale · rn(dS) (rows, keys) · k[:keys])
       gemm.matmul<bf16, float>(rows, HS, keys, {left, keys, 1}, {k, row_stride, 1}, nullptr,
                                {dq_sum, HS, 1}, false);
       for (int r = 0; r < rows; r++) {
         bf16* dq_row = dq + int64_t(i0 + r) * row_stride;
         const float* sum = dq_sum + int64_t(r) * HS;
 #pragma omp simd
-        for (int d = 0; d < HS; d++)
-          dq_row[d] = float_to_bf16(bf16_to_float(dq_row[d]) + scale * sum[d]);
+        for (int d = 0; d < HS; d++) dq_row[d] = float_to_bf16(scale * sum[d]);
       }
       // dk sums (keys, HS) += rn(dS)ᵀ (keys, rows) · q_block
       gemm.matmul<bf16, float>(keys, HS, rows, {left, 1, keys}, q_block, nullptr, {dk_sum, HS, 1},
                                true);
     }
-    for (int j = 0; j < T; j++) {  // one rounding each: dk += scale·Σ, dv += Σ
+    for (int j = 0; j < T; j++) {  // one rounding each: dk = scale·Σ, dv = Σ
       bf16* dk_row = dk + int64_t(j) * row_stride;
       bf16* dv_row = dv + int64_t(j) * row_stride;
       const float* dk_row_sum = dk_sum + int64_t(j) * HS;
       const float* dv_row_sum = dv_sum + int64_t(j) * HS;
 #pragma omp simd
       for (int d = 0; d < HS; d++) {
-        dk_row[d] = float_to_bf16(bf16_to_float(dk_row[d]) + scale * dk_row_sum[d]);
-        dv_row[d] = float_to_bf16(bf16_to_float(dv_row[d]) + dv_row_sum[d]);
+        dk_row[d] = float_to_bf16(scale * dk_row_sum[d]);
+        dv_row[d] = float_to_bf16(dv_row_sum[d]);
       }
     }
   }

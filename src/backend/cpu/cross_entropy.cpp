@@ -41,16 +41,7 @@ float log_sum_exp(const S* logits, int V) {
   return running_max + std::log(running_sum);
 }
 
-// dx[j] += exp(x[j] - lse) · dloss for j in [begin, end)
-template <typename S>
-void add_scaled_softmax(S* dx, const S* x, int begin, int end, float lse, float dloss) {
-#pragma omp simd
-  for (int j = begin; j < end; j++) {
-    store(dx[j], load(dx[j]) + exp_approx(load(x[j]) - lse) * dloss);
-  }
-}
-
-// dx[j] = exp_approx(x[j] − lse)·dloss for j in [begin, end), and zeros: the writing backward.
+// dx[j] = exp_approx(x[j] − lse)·dloss for j in [begin, end), and zeros.
 template <typename S>
 void write_scaled_softmax(S* dx, const S* x, int begin, int end, float lse, float dloss) {
 #pragma omp simd
@@ -136,14 +127,18 @@ void cross_entropy_backward(CpuContext& cx, S* dlogits, const S* logits, const i
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int64_t row = 0; row < N; row++) {
     const int32_t target = targets[row];
-    if (target < 0) continue;  // ignored rows and padding columns get nothing
     const S* x = logits + row * Vp;
     S* dx = dlogits + row * Vp;
+    if (target < 0) {  // an ignored row: zeros
+      write_zeros(dx, 0, Vp);
+      continue;
+    }
     const float lse = log_sum_exp(x, V);
     // (softmax - onehot) · dloss: the target column apart, so the loops have no condition.
-    add_scaled_softmax(dx, x, 0, target, lse, dloss);
-    store(dx[target], load(dx[target]) + (exp_approx(load(x[target]) - lse) - 1.0f) * dloss);
-    add_scaled_softmax(dx, x, target + 1, V, lse, dloss);
+    write_scaled_softmax(dx, x, 0, target, lse, dloss);
+    store(dx[target], (exp_approx(load(x[target]) - lse) - 1.0f) * dloss);
+    write_scaled_softmax(dx, x, target + 1, V, lse, dloss);
+    write_zeros(dx, V, Vp);  // padding
   }
 }
 
@@ -205,7 +200,7 @@ void cross_entropy_shard_backward(CpuContext& cx, S* dlogits, const S* logits,
       write_zeros(dx, 0, Vl);
       continue;
     }
-    // The expressions of cross_entropy_backward onto zeros, the target column apart.
+    // The expressions of cross_entropy_backward, the target column apart.
     write_scaled_softmax(dx, x, 0, real, lse[row], dloss);
     const int64_t local_target = int64_t(target) - vocab_begin;
     if (local_target >= 0 && local_target < real) {  // else another rank's column

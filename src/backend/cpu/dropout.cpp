@@ -63,16 +63,14 @@ void dropout_forward(CpuContext& cx, S* out, const S* inp, int64_t n, float p, u
   });
 }
 
-// dinp += dout · factor (the forward's factors, recomputed).
+// dinp = dout · factor (the forward's factors, recomputed).
 template <typename S>
 void dropout_backward(CpuContext& cx, S* dinp, const S* dout, int64_t n, float p, uint64_t seed,
                       uint64_t offset) {
   if (!dinp) return;
   for_each_slice(cx, n, p, seed, offset, [&](int64_t begin, int64_t count, const float* factors) {
 #pragma omp simd
-    for (int64_t k = 0; k < count; k++) {
-      store(dinp[begin + k], load(dinp[begin + k]) + load(dout[begin + k]) * factors[k]);
-    }
+    for (int64_t k = 0; k < count; k++) store(dinp[begin + k], load(dout[begin + k]) * factors[k]);
   });
 }
 

@@ -27,7 +27,7 @@ void gelu_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int64_t
   if (!dinp) return;
 #pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; i++) {
-    store(dinp[i], load(dinp[i]) + math::gelu_derivative(load(inp[i])) * load(dout[i]));
+    store(dinp[i], math::gelu_derivative(load(inp[i])) * load(dout[i]));
   }
 }
 
@@ -44,7 +44,7 @@ void gelu_erf_backward(CpuContext& cx, S* dinp, const S* inp, const S* dout, int
   if (!dinp) return;
 #pragma omp parallel for schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; i++) {
-    store(dinp[i], load(dinp[i]) + math::gelu_erf_derivative(load(inp[i])) * load(dout[i]));
+    store(dinp[i], math::gelu_erf_derivative(load(inp[i])) * load(dout[i]));
   }
 }
 
@@ -54,13 +54,13 @@ void tanh_forward(CpuContext& cx, S* out, const S* inp, int64_t n) {
   for (int64_t i = 0; i < n; i++) store(out[i], math::tanh_value(load(inp[i])));
 }
 
-// dinp += (1 - y²)·dout from the saved output y.
+// dinp = (1 - y²)·dout from the saved output y.
 template <typename S>
 void tanh_backward(CpuContext& cx, S* dinp, const S* out, const S* dout, int64_t n) {
   if (!dinp) return;
 #pragma omp parallel for simd schedule(static) num_threads(cx.threads) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; i++) {
-    store(dinp[i], load(dinp[i]) + math::tanh_derivative_from_output(load(out[i])) * load(dout[i]));
+    store(dinp[i], math::tanh_derivative_from_output(load(out[i])) * load(dout[i]));
   }
 }
 

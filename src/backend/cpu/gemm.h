@@ -6,6 +6,7 @@
 // attention head) to stay in cache between widening and use.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cpu/storage.h"
@@ -47,6 +48,12 @@ View open_block(S* dst, int64_t rows, int64_t cols, int64_t ld, float* scratch, 
     }
     return {scratch, cols};
   }
+}
+
+// Zeros in the view's (rows, cols): a block about to be summed into, whose old contents do not
+// count.
+inline void zero_view(View view, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) std::fill_n(view.data + r * view.ld, cols, 0.0f);
 }
 
 template <typename S>

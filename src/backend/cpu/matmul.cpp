@@ -111,9 +111,9 @@ void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dou
     if (dweight)  // dweight (OC, C) += doutᵀ (OC, N) · inp (N, C)
       cx.onednn->matmul<S>(OC, C, N, {dout, 1, OC}, {inp, C, 1}, nullptr, {dweight, C, 1},
                            /*accumulate=*/true);
-    if (dinp)  // dinp (N, C) += dout (N, OC) · weight (OC, C)
+    if (dinp)  // dinp (N, C) = dout (N, OC) · weight (OC, C), written
       cx.onednn->matmul<S>(N, C, OC, {dout, OC, 1}, {weight, C, 1}, nullptr, {dinp, C, 1},
-                           /*accumulate=*/true);
+                           /*accumulate=*/false);
     return;
   }
   const Tiles tiles = channel_tiles(OC, cx.threads);
@@ -165,7 +165,7 @@ void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dou
       }
     }
   }
-  // dinp += the threads' partials, summed in thread order (deterministic), one rounding.
+  // dinp = the threads' partials, summed in thread order (deterministic), one rounding.
   if (!dinp) return;
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int64_t r = 0; r < N; r++) {
@@ -177,7 +177,7 @@ void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dou
     }
     S* row = dinp + r * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) store(row[c], load(row[c]) + total[c]);
+    for (int c = 0; c < C; c++) store(row[c], total[c]);
   }
 }
 

@@ -22,7 +22,7 @@ const RopeTable& rope_table(CpuContext& cx, int T, int HS, float base) {
   return table;
 }
 
-// Forward: out = R·in (out may alias in). Backward: out += Rᵀ·in.
+// Forward: out = R·in (out may alias in). Backward: out = Rᵀ·in.
 template <typename S, bool kBackward>
 void rotate(CpuContext& cx, S* out, const S* in, int B, int T, int NH, int HS, float base) {
   const RopeTable& table = rope_table(cx, T, HS, base);
@@ -43,8 +43,8 @@ void rotate(CpuContext& cx, S* out, const S* in, int B, int T, int NH, int HS, f
       for (int i = 0; i < half; i++) {
         const float x1 = load(xh[i]), x2 = load(xh[i + half]);
         if constexpr (kBackward) {
-          store(yh[i], load(yh[i]) + x1 * cos_t[i] + x2 * sin_t[i]);
-          store(yh[i + half], load(yh[i + half]) - x1 * sin_t[i] + x2 * cos_t[i]);
+          store(yh[i], x1 * cos_t[i] + x2 * sin_t[i]);
+          store(yh[i + half], x2 * cos_t[i] - x1 * sin_t[i]);
         } else {
           store(yh[i], x1 * cos_t[i] - x2 * sin_t[i]);
           store(yh[i + half], x2 * cos_t[i] + x1 * sin_t[i]);
@@ -53,10 +53,7 @@ void rotate(CpuContext& cx, S* out, const S* in, int B, int T, int NH, int HS, f
     }
     const S* xv = x + 2 * C;
     S* yv = y + 2 * C;
-    if constexpr (kBackward) {
-#pragma omp simd
-      for (int64_t c = 0; c < C; c++) store(yv[c], load(yv[c]) + load(xv[c]));
-    } else if (yv != xv) {
+    if (yv != xv) {
       std::copy(xv, xv + C, yv);
     }
   }

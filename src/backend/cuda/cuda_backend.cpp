@@ -119,8 +119,9 @@ class CudaBackend final : public Backend {
     g.bias = dev(bias);
     gemm(cx_, g);
   }
-  // dinp (N, C) += dout (N, OC) · weight (OC, C); dweight (OC, C) += doutᵀ · inp (N, C);
-  // dbias (OC) += Σ_rows dout. The GEMMs accumulate with beta = 1 (one rounding).
+  // dinp (N, C) = dout (N, OC) · weight (OC, C), written (beta = 0: the old dinp is not read);
+  // dweight (OC, C) += doutᵀ · inp (N, C) with beta = 1 (one rounding); dbias (OC) += Σ_rows
+  // dout.
   void do_matmul_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
                           const bf16* weight, int64_t N, int C, int OC) override {
     if (dinp) {
@@ -129,7 +130,7 @@ class CudaBackend final : public Backend {
       g.b = dev(weight), g.ldb = C;
       g.d = dev(dinp), g.ldd = C;
       g.M = N, g.N = C, g.K = OC;
-      g.accumulate = true;
+      g.accumulate = false;
       gemm(cx_, g);
     }
     if (dweight) {
