@@ -154,15 +154,17 @@ def launcher_killed(args, work):
             return "FAIL mpirun killed: the job did not train (ranks %s)" % pids
         os.kill(job.pid, signal.SIGKILL)
         hit = time.time()
-        steps_at_kill = step_count(log_dir)
+        # Counted once mpirun is gone (reaped), not when the signal was sent: mpirun dies a few
+        # ms after kill() returns, and a step of this small job can end in that time.
         job.wait()
+        steps_at_death = step_count(log_dir)
         while any(alive(pid) for pid in pids.values()) and time.time() - hit < 10:
             time.sleep(0.01)
         took = time.time() - hit
         left = [rank for rank, pid in pids.items() if alive(pid)]
         if left:
             return "FAIL mpirun killed: ranks %s still run 10 s later" % left
-        steps_after = step_count(log_dir) - steps_at_kill
+        steps_after = step_count(log_dir) - steps_at_death
         # The step under way may finish; no other. The watch looks every 50 ms; 0.5 s leaves
         # room for a loaded machine. Without it Open MPI's ranks end on their own 1.05-1.1 s
         # after mpirun here (measured), 1.5-3 s elsewhere, some after more steps and checkpoints.
@@ -174,7 +176,7 @@ def launcher_killed(args, work):
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 return "FAIL mpirun killed: logging.dir is still locked after the ranks ended"
-        print("mpirun killed: its 4 ranks ended %.2f s later, %d step(s) after the kill, the "
+        print("mpirun killed: its 4 ranks ended %.2f s later, %d step(s) after its death, the "
               "run's lock free" % (took, steps_after))
         return None
     finally:
