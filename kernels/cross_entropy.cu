@@ -140,13 +140,19 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* row_lse, cons
   }
 }
 
-// dx[j] = (exp_approx(x[j] − lse) − [j == target])·dloss for the columns j < columns of one
-// row, by the whole block: the cpu's expressions (src/backend/cpu/cross_entropy.cpp); the prior
-// dx is not read. A target outside [0, columns) (another rank's column) adds no −1. Columns from
-// `columns` on (padding) are not written. kVectorized: x and dx 16-byte aligned.
+// dx[j] = 0 for j in [begin, end), by the whole block.
+__device__ void write_zeros(bf16_t* dx, int begin, int end) {
+  for (int j = begin + int(threadIdx.x); j < end; j += blockDim.x) dx[j] = to_bf16(0.0f);
+}
+
+// One row's gradient, written whole by the whole block over `width` columns: dx[j] =
+// (exp_approx(x[j] − lse) − [j == target])·dloss for the columns j < columns, the cpu's
+// expressions (src/backend/cpu/cross_entropy.cpp), and 0 from `columns` on (padding). A target
+// outside [0, columns) (another rank's column) adds no −1. kVectorized: x and dx 16-byte
+// aligned.
 template <bool kVectorized>
-__device__ void softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, float lse,
-                                 int64_t target, float dloss) {
+__device__ void write_row_gradient(bf16_t* dx, const bf16_t* x, int columns, int width, float lse,
+                                   int64_t target, float dloss) {
   auto gradient = [&](int j, float x_j) {
     const float p = math::exp_approx(x_j - lse);
     return to_bf16((j == target ? p - 1.0f : p) * dloss);
@@ -165,11 +171,7 @@ __device__ void softmax_gradient(bf16_t* dx, const bf16_t* x, int columns, float
   }
   for (int j = scalar_begin + int(threadIdx.x); j < columns; j += blockDim.x)
     dx[j] = gradient(j, to_float(x[j]));
-}
-
-// dx[j] = 0 for j in [begin, end), by the whole block.
-__device__ void write_zeros(bf16_t* dx, int begin, int end) {
-  for (int j = begin + int(threadIdx.x); j < end; j += blockDim.x) dx[j] = to_bf16(0.0f);
+  write_zeros(dx, columns, width);
 }
 
 // dlogits (N, Vp) = (softmax − onehot(target))·dloss in columns j < V of block `row`'s row, 0
@@ -187,8 +189,7 @@ __global__ void cross_entropy_backward_kernel(bf16_t* dlogits, const bf16_t* log
   const bf16_t* x = logits + row * Vp;  // (Vp)
   __shared__ float statistics_shared[kStatisticsShared];
   const float lse = log_sum_exp(row_statistics<kVectorized>(x, V, target, statistics_shared));
-  softmax_gradient<kVectorized>(dx, x, V, lse, target, dloss);
-  write_zeros(dx, V, Vp);  // padding
+  write_row_gradient<kVectorized>(dx, x, V, Vp, lse, target, dloss);
 }
 
 // ---- vocab-parallel stages (src/backend/backend.h) ----
@@ -284,7 +285,7 @@ __global__ void cross_entropy_shard_loss_kernel(float* losses, float* lse, const
 
 // dlogits (N, Vl) = (exp_approx(x − lse) − [column == target])·dloss in the real columns of
 // block `row`'s row, 0 in its padding columns, and 0 across an ignored row; the expressions of
-// cross_entropy_backward_kernel (and of the cpu) onto zeros.
+// cross_entropy_backward_kernel (and of the cpu).
 template <bool kVectorized>
 __global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_t* logits,
                                                     const int32_t* targets, const float* lse, int V,
@@ -298,8 +299,7 @@ __global__ void cross_entropy_shard_backward_kernel(bf16_t* dlogits, const bf16_
     return;
   }
   const int64_t local_target = int64_t(target) - vocab_begin;  // outside [0, real): another rank's
-  softmax_gradient<kVectorized>(dx, logits + row * Vl, real, lse[row], local_target, dloss);
-  write_zeros(dx, real, Vl);  // padding
+  write_row_gradient<kVectorized>(dx, logits + row * Vl, real, Vl, lse[row], local_target, dloss);
 }
 
 // The shard's real columns: global columns [vocab_begin, vocab_begin + Vl) below V.

@@ -5,8 +5,8 @@
 // (src/backend/backend_contract.h); an entry checks only what its own launch needs beyond it. The
 // semantics of every op are those of src/backend/backend.h (bf16 storage, fp32 math, one rounding
 // on store, backward ops accumulate parameter gradients and write input gradients, null gradient
-// pointers skipped); the cpu backend's version of
-// each op lives in src/backend/cpu/<same name>.cpp and the tests in tests/cuda/ compare the two.
+// pointers skipped); the cpu backend's version of each op lives in
+// src/backend/cpu/<same name>.cpp and the tests in tests/cuda/ compare the two.
 // All pointers are device pointers; nothing here waits for the stream.
 #include <cstdint>
 

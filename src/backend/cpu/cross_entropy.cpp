@@ -41,15 +41,29 @@ float log_sum_exp(const S* logits, int V) {
   return running_max + std::log(running_sum);
 }
 
-// dx[j] = exp_approx(x[j] − lse)·dloss for j in [begin, end), and zeros.
-template <typename S>
-void write_scaled_softmax(S* dx, const S* x, int begin, int end, float lse, float dloss) {
-#pragma omp simd
-  for (int j = begin; j < end; j++) store(dx[j], exp_approx(load(x[j]) - lse) * dloss);
-}
 template <typename S>
 void write_zeros(S* dx, int begin, int end) {
   for (int j = begin; j < end; j++) store(dx[j], 0.0f);
+}
+
+// One row's gradient, written whole over `width` columns: (exp_approx(x[j] − lse) −
+// [j == target])·dloss in the `real` columns, 0 in the rest (padding), or zeros across an
+// ignored row. A target outside [0, real) (another rank's column) subtracts no 1. Both
+// backwards' rows, the full vocabulary's and a shard's.
+template <typename S>
+void write_row_gradient(S* dx, const S* x, int real, int width, bool ignored, int64_t target,
+                        float lse, float dloss) {
+  if (ignored) {
+    write_zeros(dx, 0, width);
+    return;
+  }
+#pragma omp simd
+  for (int j = 0; j < real; j++) store(dx[j], exp_approx(load(x[j]) - lse) * dloss);
+  if (target >= 0 && target < real) {
+    const int t = static_cast<int>(target);
+    store(dx[t], (exp_approx(load(x[t]) - lse) - 1.0f) * dloss);
+  }
+  write_zeros(dx, real, width);
 }
 
 // Throws if any target is >= V (a token id the loss cannot score). Negative means ignored. Not
@@ -128,17 +142,9 @@ void cross_entropy_backward(CpuContext& cx, S* dlogits, const S* logits, const i
   for (int64_t row = 0; row < N; row++) {
     const int32_t target = targets[row];
     const S* x = logits + row * Vp;
-    S* dx = dlogits + row * Vp;
-    if (target < 0) {  // an ignored row: zeros
-      write_zeros(dx, 0, Vp);
-      continue;
-    }
-    const float lse = log_sum_exp(x, V);
-    // (softmax - onehot) · dloss: the target column apart, so the loops have no condition.
-    write_scaled_softmax(dx, x, 0, target, lse, dloss);
-    store(dx[target], (exp_approx(load(x[target]) - lse) - 1.0f) * dloss);
-    write_scaled_softmax(dx, x, target + 1, V, lse, dloss);
-    write_zeros(dx, V, Vp);  // padding
+    const bool ignored = target < 0;
+    const float lse = ignored ? 0.0f : log_sum_exp(x, V);
+    write_row_gradient(dlogits + row * Vp, x, V, Vp, ignored, target, lse, dloss);
   }
 }
 
@@ -194,20 +200,8 @@ void cross_entropy_shard_backward(CpuContext& cx, S* dlogits, const S* logits,
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int64_t row = 0; row < N; row++) {
     const int32_t target = targets[row];
-    const S* x = logits + row * Vl;  // (Vl)
-    S* dx = dlogits + row * Vl;      // (Vl)
-    if (target < 0) {                // an ignored row: zeros
-      write_zeros(dx, 0, Vl);
-      continue;
-    }
-    // The expressions of cross_entropy_backward, the target column apart.
-    write_scaled_softmax(dx, x, 0, real, lse[row], dloss);
-    const int64_t local_target = int64_t(target) - vocab_begin;
-    if (local_target >= 0 && local_target < real) {  // else another rank's column
-      const int t = static_cast<int>(local_target);
-      store(dx[t], (exp_approx(load(x[t]) - lse[row]) - 1.0f) * dloss);
-    }
-    write_zeros(dx, real, Vl);  // padding
+    write_row_gradient(dlogits + row * Vl, logits + row * Vl, real, Vl, target < 0,
+                       int64_t(target) - vocab_begin, lse[row], dloss);
   }
 }
 
