@@ -129,6 +129,10 @@ __device__ __forceinline__ void step_group(const StepArguments& a, int64_t i,
   if constexpr (P != Precision::fp32_master) load_group(theta, a.theta + i);
   load_group(g, a.grad + i);
   for (int c = 0; c < kStates<P>; c++) load_group(st[c], static_cast<StateT<P>*>(a.state[c]) + i);
+  // Unrolled, so that theta, g and st stay in registers: a loop over k would index them at run
+  // time, which puts them in local memory (nvcc did that to collage-plus once math::rn became
+  // the paired conversion: 96 bytes of stack a thread).
+  COLLAGE_UNROLL
   for (int k = 0; k < kGroup; k++) {
     StateT<P> element[4];
     for (int c = 0; c < kStates<P>; c++) element[c] = st[c][k];

@@ -4,7 +4,7 @@
 // the CUDA kernel compute the same bits:
 //
 //   rn(x)          fp32 -> bf16, round to nearest, ties to even (NaN -> canonical 0x7fff,
-//                  what the device's cvt.rn.bf16.f32 and cuda_bf16.h's host path give)
+//                  what the device's cvt.rn.bf16(x2).f32 and cuda_bf16.h's host path give)
 //   add_rn(a, b)   one line (docs/PRECISION.md §2): read bf16 operands, compute in fp32, store rn
 //   f32_add(a, b)  one IEEE fp32 operation, never contracted or reassociated
 //
@@ -69,17 +69,30 @@ COLLAGE_HD inline uint16_t bf16_bits(bfloat x) { return __bfloat16_as_ushort(x);
 // bf16 -> fp32 is exact: the bf16 bits are the fp32's high half.
 COLLAGE_HD inline float to_f32(bfloat x) { return bits_float(uint32_t(bf16_bits(x)) << 16); }
 
-// fp32 -> bf16, nearest-even. On the host by integer arithmetic on the bits (the cpu loop
+// fp32 -> bf16, nearest-even, by integer arithmetic on the bits (the host's rn; the cpu loop
 // runs the same arithmetic on 64 lanes, bf16_lanes.h): adding 0x7fff plus the lowest kept bit
 // carries into the kept bits exactly when the dropped half is above the tie, or at the tie
 // with an odd kept part. Overflow carries into the exponent and gives ±inf, as it should.
-COLLAGE_HD inline bfloat rn(float x) {
-#ifdef __CUDA_ARCH__
-  return __float2bfloat16_rn(x);
-#else
+COLLAGE_HD inline bfloat rn_by_bits(float x) {
   const uint32_t u = float_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return bf16_from_bits(0x7fff);  // NaN
   return bf16_from_bits(uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+// fp32 -> bf16, nearest-even: rn_by_bits on the host; on the GPU one conversion instruction,
+// the paired cvt.rn.bf16x2.f32 given a zero partner rather than cvt.rn.bf16.f32. sm_90 runs a
+// lone cvt.rn.bf16.f32 as F2F on its conversion unit, 16 results a clock per SM, and the paired
+// form as F2FP on the ALU; ptxas itself turns two cvt.rn.bf16.f32 whose results it packs into
+// one F2FP (the attention kernels), so the two round alike. The optimizer rounds ~33 values an
+// element: with F2F its kernel showed SM busy 72% while the ALU was at 22% and the issue slots
+// at 41% (Nsight Compute on an H100, docs/ARCHITECTURE.md "What each change to the GPU step
+// bought").
+// tests/cuda/device_math_test.cpp compares all 2^32 inputs with rn_by_bits on a real GPU.
+COLLAGE_HD inline bfloat rn(float x) {
+#ifdef __CUDA_ARCH__
+  return __low2bfloat16(__floats2bfloat162_rn(x, 0.0f));
+#else
+  return rn_by_bits(x);
 #endif
 }
 

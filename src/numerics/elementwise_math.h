@@ -18,21 +18,16 @@ inline namespace COLLAGE_ISA_NAMESPACE {
 // without -ffast-math). Cody-Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, then a degree-7
 // Taylor polynomial (truncation < 2e-8 relative): about 1-2 ulp. x is clamped to [-87, 88] so
 // 2^n stays a normal float (e^-87 ≈ 1.6e-38 stands in for anything smaller, e^88 for anything
-// larger); NaN comes out NaN. The clamp and the NaN test work on the bit patterns as integers:
-// float comparisons would keep GCC from vectorizing under -ftrapping-math (the default).
-COLLAGE_HD inline float exp_approx(float x) {
-  int32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  constexpr int32_t kLow = -0x3d520000;  // bits of -87.0f (0xc2ae0000) as int32
-  constexpr int32_t kHigh = 0x42b00000;  // bits of 88.0f
-  // Negative floats order backwards as int32: x < -87 is bits in (kLow, 0).
-  // Selects by masks, not `?:`: GCC would fold the clamped case to a constant and branch.
-  const int32_t below = -static_cast<int32_t>((bits < 0) & (bits > kLow));  // all ones if so
-  int32_t clamped = (bits & ~below) | (kLow & below);
-  const int32_t above = -static_cast<int32_t>(clamped > kHigh);
-  clamped = (clamped & ~above) | (kHigh & above);
-  float y;
-  std::memcpy(&y, &clamped, sizeof y);
+// larger); NaN comes out NaN, with its own bits.
+//
+// exp_of_clamped is the arithmetic after the clamp. exp_approx_by_bits clamps and tests for
+// NaN on the bit patterns as integers: float comparisons would keep GCC from vectorizing under
+// -ftrapping-math (the default). exp_approx is exp_approx_by_bits on the host; on the GPU it
+// clamps with fminf/fmaxf and tests with isnan, the same results for every input in ~4
+// instructions instead of ~11 integer ones, which the cross-entropy kernels (bound by their
+// ~50 instructions a logit, docs/ARCHITECTURE.md) feel. tests/cuda/device_math_test.cpp
+// checks all 2^32 inputs on a real GPU.
+COLLAGE_HD inline float exp_of_clamped(float y) {
   // n = round(y / ln2): adding 1.5·2^23 pushes the fraction bits out (round-to-nearest).
   const float shifter = 12582912.0f;
   const float n = (y * 1.44269504088896341f + shifter) - shifter;
@@ -50,7 +45,23 @@ COLLAGE_HD inline float exp_approx(float x) {
   const int32_t two_n_bits = (static_cast<int32_t>(n) + 127) << 23;  // n in [-126, 127]
   float two_n;
   std::memcpy(&two_n, &two_n_bits, sizeof two_n);
-  const float result = p * two_n;
+  return p * two_n;
+}
+
+COLLAGE_HD inline float exp_approx_by_bits(float x) {
+  int32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  constexpr int32_t kLow = -0x3d520000;  // bits of -87.0f (0xc2ae0000) as int32
+  constexpr int32_t kHigh = 0x42b00000;  // bits of 88.0f
+  // Negative floats order backwards as int32: x < -87 is bits in (kLow, 0).
+  // Selects by masks, not `?:`: GCC would fold the clamped case to a constant and branch.
+  const int32_t below = -static_cast<int32_t>((bits < 0) & (bits > kLow));  // all ones if so
+  int32_t clamped = (bits & ~below) | (kLow & below);
+  const int32_t above = -static_cast<int32_t>(clamped > kHigh);
+  clamped = (clamped & ~above) | (kHigh & above);
+  float y;
+  std::memcpy(&y, &clamped, sizeof y);
+  const float result = exp_of_clamped(y);
   int32_t result_bits;
   std::memcpy(&result_bits, &result, sizeof result_bits);
   const int32_t is_nan = -static_cast<int32_t>((bits & 0x7fffffff) > 0x7f800000);
@@ -58,6 +69,15 @@ COLLAGE_HD inline float exp_approx(float x) {
   float out;
   std::memcpy(&out, &result_bits, sizeof out);
   return out;
+}
+
+COLLAGE_HD inline float exp_approx(float x) {
+#ifdef __CUDA_ARCH__
+  const float result = exp_of_clamped(fminf(fmaxf(x, -87.0f), 88.0f));  // NaN: -87 here
+  return isnan(x) ? x : result;
+#else
+  return exp_approx_by_bits(x);
+#endif
 }
 
 // GELU, tanh approximation, as x·sigmoid(2u) with u = √(2/π)(x + 0.044715x³): the identity
