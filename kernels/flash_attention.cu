@@ -371,16 +371,30 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
   COLLAGE_UNROLL
   for (int r = 0; r < 2; r++)
     lse_log2e[r] = (row_lse[r] == kAttentionMinusInf ? -kAttentionMinusInf : row_lse[r]) * kLog2e;
+  // Two loops rather than one with `!tile_masked || ...`: with the test inside, nvcc branches
+  // around every exponential (BSSY, BRA, BSYNC an element in the SASS), masked tile or not.
+  if (tile_masked) {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kKeyBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, j = k0 + fragment_column(nb, e);
+        const bool visible = j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j);
+        s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[r]) : 0.0f;
+      }
+    }
+  } else {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kKeyBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++)
+        s[nb].v[e] = softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[e / 2]);
+    }
+  }
   COLLAGE_UNROLL
   for (int nb = 0; nb < kKeyBlocks; nb++) {
     COLLAGE_UNROLL
-    for (int e = 0; e < 4; e++) {
-      const int r = e / 2, j = k0 + fragment_column(nb, e);
-      const bool visible =
-          !tile_masked || (j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j));
-      s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[r]) : 0.0f;
-      dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
-    }
+    for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
   }
   if (dropout.p != 0.0f) {  // dP = F·(dout·vᵀ); where P = 0, dP was set to 0 above
     COLLAGE_UNROLL
@@ -536,30 +550,54 @@ __global__ void __launch_bounds__(kThreads)
     // need the per-element test.
     const bool tile_masked = !key_seen[0] || !key_seen[1] || key_ok != nullptr || i0 + kTile > T ||
                              (causal && keys[1] - lane / 4 + 7 > i0);
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kQueryBlocks; nb++) {
+    // P. Masked tiles and the others in separate loops, as in probabilities().
+    if (tile_masked) {
       COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const int r = e / 2, j = keys[r], ii = fragment_column(nb, e), i = i0 + ii;
-        const float lse_log2e = row_lse[ii];  // -inf only where tile_masked (a key mask, past T)
-        const bool visible = !tile_masked || (key_seen[r] && i < T && (!causal || j <= i) &&
-                                              lse_log2e != kAttentionMinusInf);
-        s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e) : 0.0f;  // P
+      for (int nb = 0; nb < kQueryBlocks; nb++) {
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int r = e / 2, j = keys[r], ii = fragment_column(nb, e), i = i0 + ii;
+          const float lse_log2e = row_lse[ii];  // -inf only here (a key mask, past T)
+          const bool visible =
+              key_seen[r] && i < T && (!causal || j <= i) && lse_log2e != kAttentionMinusInf;
+          s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e) : 0.0f;
+        }
+      }
+    } else {
+      COLLAGE_UNROLL
+      for (int nb = 0; nb < kQueryBlocks; nb++) {
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++)
+          s[nb].v[e] = softmax_exp(s[nb].v[e], scale_log2e, row_lse[fragment_column(nb, e)]);
       }
     }
-    // Z = P·F for dv; dS = P (F·dZ - D) for dk (F = 1 without dropout).
-    const bool dropping = dropout.p != 0.0f;
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kQueryBlocks; nb++) {
+    // Z = P·F for dv; dS = P (F·dZ - D) for dk. Without dropout (F = 1) the second loop gives
+    // the first's values (x·1 = x exactly) without its branch around the dropout call and its
+    // predicated load of D, which nvcc kept for every element even at p = 0 (the H100 run's
+    // SASS: ~13 instructions an element; the PTX now has 4).
+    if (dropout.p != 0.0f) {
       COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const int ii = fragment_column(nb, e);
-        const float p = s[nb].v[e];
-        float factor = 1.0f;
-        if (dropping && p != 0.0f)
-          factor = dropout_factor(dropout, b, h, i0 + ii, keys[e / 2], T, NH);
-        s[nb].v[e] = p * factor;
-        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - row_delta[ii]);
+      for (int nb = 0; nb < kQueryBlocks; nb++) {
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int ii = fragment_column(nb, e);
+          const float p = s[nb].v[e];
+          const float factor =
+              p != 0.0f ? dropout_factor(dropout, b, h, i0 + ii, keys[e / 2], T, NH) : 1.0f;
+          s[nb].v[e] = p * factor;
+          dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - row_delta[ii]);
+        }
+      }
+    } else {
+      COLLAGE_UNROLL
+      for (int nb = 0; nb < kQueryBlocks; nb++) {
+        const int ii = fragment_column(nb, 0);  // the lane's queries ii and ii + 1 of the tile
+        const float delta[2] = {row_delta[ii], row_delta[ii + 1]};
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const float p = s[nb].v[e];
+          dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] - delta[e % 2]);
+        }
       }
     }
     multiply_rounded<kHeadSize, kTile>(dv, s, dy_rows);
