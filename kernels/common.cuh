@@ -52,6 +52,18 @@ using bf16_t = math::bfloat;  // __nv_bfloat16: the storage of parameters, grads
 // fp32 <-> bf16 as everywhere in collage: exact widening, round-to-nearest-even narrowing.
 __device__ __forceinline__ float to_float(bf16_t x) { return math::to_f32(x); }
 __device__ __forceinline__ bf16_t to_bf16(float x) { return math::rn(x); }
+// Two values stored side by side, rounded as to_bf16 each: on the GPU one paired conversion
+// (cvt.rn.bf16x2.f32, one F2FP) where two to_bf16 would be two, and a permute to pack them.
+__device__ __forceinline__ void to_bf16_pair(bf16_t& first, bf16_t& second, float a, float b) {
+#if defined(__CUDA_ARCH__)
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(a, b);
+  first = __low2bfloat16(pair);
+  second = __high2bfloat16(pair);
+#else
+  first = to_bf16(a);
+  second = to_bf16(b);
+#endif
+}
 
 constexpr int kWarpSize = 32;
 
@@ -108,7 +120,8 @@ template <int W>
 __device__ __forceinline__ void store_chunk(bf16_t* p, const Chunk<W>& chunk) {
   if constexpr (W == Packed128<bf16_t>::size) {
     Packed128<bf16_t> packed;
-    for (int k = 0; k < W; k++) packed.values[k] = to_bf16(chunk.v[k]);
+    for (int k = 0; k < W; k += 2)
+      to_bf16_pair(packed.values[k], packed.values[k + 1], chunk.v[k], chunk.v[k + 1]);
     store128(p, packed);
   } else {
     *p = to_bf16(chunk.v[0]);

@@ -159,9 +159,9 @@ __device__ void write_zeros(bf16_t* dx, int begin, int end) {
 template <bool kVectorized>
 __device__ void write_row_gradient(bf16_t* dx, const bf16_t* x, int columns, int width, float lse,
                                    int64_t target, float dloss) {
-  auto gradient = [&](int j, float x_j) {
+  auto gradient = [&](int j, float x_j) {  // in fp32, before its rounding to bf16
     const float p = math::exp_approx(x_j - lse);
-    return to_bf16((j == target ? p - 1.0f : p) * dloss);
+    return (j == target ? p - 1.0f : p) * dloss;
   };
   int scalar_begin = 0;  // columns from here on go one at a time
   if constexpr (kVectorized) {
@@ -170,13 +170,15 @@ __device__ void write_row_gradient(bf16_t* dx, const bf16_t* x, int columns, int
       const int j = group * kVector;
       const Packed128<bf16_t> xs = load128(x + j);
       Packed128<bf16_t> ds;
-      for (int k = 0; k < kVector; k++) ds.values[k] = gradient(j + k, to_float(xs.values[k]));
+      for (int k = 0; k < kVector; k += 2)
+        to_bf16_pair(ds.values[k], ds.values[k + 1], gradient(j + k, to_float(xs.values[k])),
+                     gradient(j + k + 1, to_float(xs.values[k + 1])));
       store128(dx + j, ds);
     }
     scalar_begin = groups * kVector;
   }
   for (int j = scalar_begin + int(threadIdx.x); j < columns; j += blockDim.x)
-    dx[j] = gradient(j, to_float(x[j]));
+    dx[j] = to_bf16(gradient(j, to_float(x[j])));
   write_zeros(dx, columns, width);
 }
 

@@ -84,7 +84,8 @@ __device__ __forceinline__ Group load_group(const float* p) {
 }
 __device__ __forceinline__ void store_group(bf16_t* p, const Group& g) {
   Packed128<bf16_t> packed;
-  for (int k = 0; k < kGroup; k++) packed.values[k] = to_bf16(g.values[k]);
+  for (int k = 0; k < kGroup; k += 2)
+    to_bf16_pair(packed.values[k], packed.values[k + 1], g.values[k], g.values[k + 1]);
   store128(p, packed);
 }
 __device__ __forceinline__ void store_group(float* p, const Group& g) {

@@ -202,8 +202,7 @@ __device__ __forceinline__ int fragment_column(int nb, int e) {
 // dst (two bf16 at an even element) = rn(scale·value) for each of the pair; the old contents
 // are not read (backend.h: input gradients are written).
 __device__ __forceinline__ void write_pair(bf16_t* dst, float scale, float first, float second) {
-  dst[0] = to_bf16(scale * first);
-  dst[1] = to_bf16(scale * second);
+  to_bf16_pair(dst[0], dst[1], scale * first, scale * second);
 }
 
 // The tiles of two (T, HS) matrices that a kernel walks together (k and v in the forward and

@@ -5,6 +5,7 @@
 //     math::rn(x)               every kernel's (cvt.rn.bf16x2.f32 with a zero partner)
 //     __float2bfloat16_rn(x)    the lone cvt.rn.bf16.f32 that math::rn used before
 //     pack_bf16(x, -x)          the attention kernels' paired rounding (kernels/mma.cuh)
+//     to_bf16_pair(x, -x)       the paired rounding of side-by-side stores (kernels/common.cuh)
 //   math::exp_approx(x) (fminf/fmaxf clamp), want math::exp_approx_by_bits(x)
 #include "backend/cuda/runtime/runtime.h"
 #include "kernels/mma.cuh"
@@ -29,9 +30,12 @@ __global__ void device_math_probe_kernel(unsigned long long* counts, unsigned* f
     const uint16_t want = math::bf16_bits(math::rn_by_bits(x));
     const uint16_t want_negated = math::bf16_bits(math::rn_by_bits(-x));
     const uint32_t pair = pack_bf16(x, -x);
-    const bool rounding_miss = math::bf16_bits(math::rn(x)) != want ||
-                               math::bf16_bits(__float2bfloat16_rn(x)) != want ||
-                               uint16_t(pair) != want || uint16_t(pair >> 16) != want_negated;
+    bf16_t low, high;
+    to_bf16_pair(low, high, x, -x);
+    const bool rounding_miss =
+        math::bf16_bits(math::rn(x)) != want || math::bf16_bits(__float2bfloat16_rn(x)) != want ||
+        uint16_t(pair) != want || uint16_t(pair >> 16) != want_negated ||
+        math::bf16_bits(low) != want || math::bf16_bits(high) != want_negated;
     const bool exp_miss =
         math::float_bits(math::exp_approx(x)) != math::float_bits(math::exp_approx_by_bits(x));
     const bool miss[kFunctions] = {rounding_miss, exp_miss};
