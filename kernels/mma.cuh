@@ -79,21 +79,13 @@ __device__ __forceinline__ void ldmatrix(uint32_t (&r)[kCount], const bf16_t* ro
 }
 
 // Two fp32 values rounded to bf16 (nearest-even) in one register, `low` in the low half: the A
-// fragment of a product whose left factor was computed in fp32 (P or dS of attention). On the
-// GPU one paired conversion (cvt.rn.bf16x2.f32), each half rounded as math::rn rounds.
+// fragment of a product whose left factor was computed in fp32 (P or dS of attention).
 __device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
-#if defined(__CUDACC__)
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  bf16_t halves[2];
+  to_bf16_pair(halves[0], halves[1], low, high);
   uint32_t bits;
-  memcpy(&bits, &pair, 4);
+  memcpy(&bits, halves, 4);
   return bits;
-#else
-  const bf16_t lo = to_bf16(low), hi = to_bf16(high);
-  uint16_t lo_bits, hi_bits;
-  memcpy(&lo_bits, &lo, 2);
-  memcpy(&hi_bits, &hi, 2);
-  return uint32_t(lo_bits) | (uint32_t(hi_bits) << 16);
-#endif
 }
 
 COLLAGE_CUDA_VARIANT_END
