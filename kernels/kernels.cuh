@@ -114,10 +114,11 @@ void cross_entropy_shard_backward(CudaContext& cx, bf16_t* dlogits, const bf16_t
 void sum(CudaContext& cx, double* result, const float* x, int64_t n);
 void sum_squares(CudaContext& cx, double* result, const bf16_t* x, int64_t n);
 
-// ---- optimizer.cu: one strategy step over one tensor (step.param, grad, state are device
-// pointers; step.edq is ignored). If `edq` is not null, the tensor's EDQ sums are ADDED to
-// edq[0..3] = {Σ Δ·u, Σ u², #updated, #lost} (device doubles) in a fixed order.
-void optimizer_step(CudaContext& cx, const OptimizerStep& step, double* edq);
+// ---- optimizer.cu: one strategy step over each of `count` tensors, in one launch where they
+// share the step's hyperparameters (steps[k].param, grad, state are device pointers; steps[k].edq
+// is ignored). If edq[k] is not null, tensor k's EDQ sums are ADDED to edq[k][0..3] =
+// {Σ Δ·u, Σ u², #updated, #lost} (device doubles) in a fixed order.
+void optimizer_steps(CudaContext& cx, const OptimizerStep* steps, double* const* edq, size_t count);
 
 COLLAGE_CUDA_VARIANT_END
 }  // namespace collage::cuda

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -329,11 +330,15 @@ class BackendT {
     do_scale(x, factor, n);
   }
 
-  // ---- optimizer: one strategy step over one tensor (see optimizer_step.h) ----
-  void optimizer_step(const OptimizerStep& step) {
-    contract::optimizer_step(step, std::is_same_v<Storage, float>);
-    do_optimizer_step(step);
+  // ---- optimizer: one strategy step over each of several tensors (see optimizer_step.h) ----
+  // The results are those of one optimizer_step per tensor in order; the tensors' weights must
+  // not overlap, because a backend may step them all at once (the cuda backend: one launch for
+  // the whole list, kernels/optimizer.cu).
+  void optimizer_steps(std::span<const OptimizerStep> steps) {
+    contract::optimizer_steps(steps, std::is_same_v<Storage, float>);
+    do_optimizer_steps(steps);
   }
+  void optimizer_step(const OptimizerStep& step) { optimizer_steps({&step, 1}); }
 
  protected:
   // Each op's implementation, called by the op above once its arguments passed the contract
@@ -421,7 +426,12 @@ class BackendT {
   virtual double do_sum(const float* x, int64_t n) = 0;
   virtual double do_sum_squares(const Storage* x, int64_t n) = 0;
   virtual void do_scale(Storage* x, float factor, int64_t n) = 0;
+  // One tensor's step. A backend that runs a list together overrides do_optimizer_steps too;
+  // by default the list is stepped one tensor after another.
   virtual void do_optimizer_step(const OptimizerStep& step) = 0;
+  virtual void do_optimizer_steps(std::span<const OptimizerStep> steps) {
+    for (const OptimizerStep& step : steps) do_optimizer_step(step);
+  }
 };
 
 using Backend = BackendT<bf16>;

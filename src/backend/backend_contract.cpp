@@ -2,8 +2,11 @@
 // (docs/ARCHITECTURE.md, "The Backend contract").
 #include "backend/backend_contract.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "numerics/precision.h"
@@ -251,6 +254,7 @@ void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, const int32_t* 
 
 // The precision names the state components; each must be set, even for n = 0 (a strategy
 // without its state is a caller's bug whatever the tensor's size).
+namespace {
 void optimizer_step(const OptimizerStep& step, bool fp32_storage) {
   const std::string op = fmt::format("optimizer_step ({})", precision_name(step.precision));
   const Call call(op.c_str());
@@ -265,6 +269,26 @@ void optimizer_step(const OptimizerStep& step, bool fp32_storage) {
   call.at_least(step.t, 1, "step counter t");
   call.require(step.beta1 >= 0 && step.beta1 < 1 && step.beta2 >= 0 && step.beta2 < 1,
                "beta1 = {} and beta2 = {} must be in [0, 1)", step.beta1, step.beta2);
+}
+}  // namespace
+
+void optimizer_steps(std::span<const OptimizerStep> steps, bool fp32_storage) {
+  for (const OptimizerStep& step : steps) optimizer_step(step, fp32_storage);
+  // The weights' byte ranges, sorted by start: each must end before the next begins.
+  const size_t element_bytes = fp32_storage ? 4 : 2;
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  for (const OptimizerStep& step : steps) {
+    const auto begin = reinterpret_cast<uintptr_t>(step.param);
+    if (step.n > 0) ranges.emplace_back(begin, begin + size_t(step.n) * element_bytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t k = 1; k < ranges.size(); k++) {
+    if (ranges[k].first < ranges[k - 1].second)
+      fail(
+          "optimizer_steps: two of the {} steps update overlapping weights ({} bytes in common); "
+          "each tensor may be stepped once per call",
+          steps.size(), std::min(ranges[k - 1].second, ranges[k].second) - ranges[k].first);
+  }
 }
 
 }  // namespace collage::contract

@@ -22,6 +22,7 @@
 // <= 256 and grid limits, kernels/attention.cu), checked where the launch is shaped.
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 
 #include "backend/optimizer_step.h"
 
@@ -77,7 +78,8 @@ void cross_entropy_shard_loss(const float* losses, const float* lse, const float
 void cross_entropy_shard_backward(Tensor dlogits, Tensor logits, const int32_t* targets,
                                   const float* lse, int64_t N, int V, int Vl, int64_t vocab_begin);
 
-// fp32_storage: the backend stores fp32 (BackendT<float>), which runs fp32-master only.
-void optimizer_step(const OptimizerStep& step, bool fp32_storage);
+// fp32_storage: the backend stores fp32 (BackendT<float>), which runs fp32-master only. Every
+// step is checked as one, and no two steps' weights may overlap.
+void optimizer_steps(std::span<const OptimizerStep> steps, bool fp32_storage);
 
 }  // namespace collage::contract

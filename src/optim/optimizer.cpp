@@ -104,9 +104,10 @@ StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
   const size_t groups = options_.edq_groups.size();
   // One EdqSums per tensor: a backend that queues work fills them by synchronize().
   std::vector<EdqSums> span_edq(spans_.size());
+  std::vector<OptimizerStep> steps(spans_.size());
   for (size_t k = 0; k < spans_.size(); k++) {
     const ParamSpan& span = spans_[k];
-    OptimizerStep s;
+    OptimizerStep& s = steps[k];
     s.precision = config_.precision;
     s.adam_order = config_.adam_order;
     s.collage_plus_reference_quirk = config_.collage_plus_reference_quirk;
@@ -128,8 +129,8 @@ StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
     s.rounding_seed = options_.rounding_seed;
     s.rounding_offset = span.offset;
     s.edq = config_.edq ? &span_edq[k] : nullptr;
-    backend_.optimizer_step(s);
   }
+  backend_.optimizer_steps(steps);  // one call: the cuda backend steps every tensor in a launch
   backend_.synchronize();
   std::vector<EdqSums> local(groups + 1);  // [0] total, [1 + k] group k
   for (size_t k = 0; k < spans_.size(); k++) {

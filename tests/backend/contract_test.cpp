@@ -162,6 +162,18 @@ std::vector<Case> cases() {
          step.t = 0;
          b.optimizer_step(step);
        }},
+      {"optimizer_steps",
+       "optimizer_steps: two of the 2 steps update overlapping weights (4 bytes in common); each "
+       "tensor may be stepped once per call",
+       [](Backend& b, const Memory& m) {
+         OptimizerStep steps[2];
+         for (int k = 0; k < 2; k++) {
+           steps[k].precision = Precision::bf16;
+           steps[k].param = m.s + 2 * k, steps[k].grad = m.s, steps[k].n = 4;
+           steps[k].state[0] = steps[k].state[1] = m.s;
+         }
+         b.optimizer_steps(steps);
+       }},
   };
 }
 

@@ -7,10 +7,11 @@
 // partial one; the cpu runs 15 lanes of 64 and a scalar tail). Every 20th element has m = v = 0
 // and a zero gradient, so with weight decay off its update is 0 (the #updated count).
 //
-// EDQ: the sums are formed in a different order (the kernel: per thread, a tree per block,
-// then the blocks; the cpu: 64 lane sums per chunk), so Σ Δ·u and Σ u² agree to double
-// rounding: ~n·2^-53 ≈ 1e-13 relative for sums of same-signed terms, checked at 1e-9. The
-// counts are exact. The cuda backend queues its steps and fills step.edq at synchronize().
+// EDQ: the sums are formed in a different order (the kernel: per lane, a warp's butterfly per
+// chunk of 2048 elements, then the chunks; the cpu: 64 lane sums per chunk), so Σ Δ·u and Σ u²
+// agree to double rounding: ~n·2^-53 ≈ 1e-13 relative for sums of same-signed terms, checked at
+// 1e-9. The counts are exact. The cuda backend queues its steps and fills step.edq at
+// synchronize().
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -82,16 +83,18 @@ class Tensor {
     grad_ = std::make_unique<Mirrored<bf16>>(*pair_, values);
   }
 
-  // The step's tensor pointers on one side.
-  void fill(OptimizerStep& step, bool emulated) const {
+  // The step's tensor pointers on one side, from element `skip` on (skip = 1 puts every pointer
+  // off 16-byte alignment: the kernel's element-by-element path).
+  void fill(OptimizerStep& step, bool emulated, int64_t skip = 0) const {
     step.precision = precision_;
-    step.n = n_;
-    step.param = emulated ? theta_->emulated() : theta_->cpu();
-    step.grad = emulated ? grad_->emulated() : grad_->cpu();
+    step.n = n_ - skip;
+    step.param = (emulated ? theta_->emulated() : theta_->cpu()) + skip;
+    step.grad = (emulated ? grad_->emulated() : grad_->cpu()) + skip;
     for (size_t c = 0; c < floats_.size(); c++)
-      step.state[c] = emulated ? floats_[c]->emulated() : floats_[c]->cpu();
+      step.state[c] = (emulated ? floats_[c]->emulated() : floats_[c]->cpu()) + skip;
     for (size_t c = 0; c < bf16s_.size(); c++)
-      step.state[c] = emulated ? bf16s_[c]->emulated() : bf16s_[c]->cpu();
+      step.state[c] = (emulated ? bf16s_[c]->emulated() : bf16s_[c]->cpu()) + skip;
+    step.rounding_offset = 1000 * skip;
   }
 
   void expect_same(const std::string& what) const {
@@ -223,6 +226,57 @@ TEST(CudaOptimizer, QueuedStepsFillTheirOwnEdqSums) {
   }
   EXPECT_EQ(emulated_edq[2].dot, 0.0);  // n = 0
   EXPECT_EQ(emulated_edq[2].updated, 0);
+}
+
+// One optimizer_steps call over tensors of every shape the kernel splits differently, as the
+// trainer makes it: many chunks (n = 70001), a tail past the last 8-element group (1007), fewer
+// elements than a group (5), an unaligned tensor (its first element skipped), an empty one,
+// weight decay on some and off others. Bits and EDQ sums as the cpu's one step per tensor, in
+// 2 launches (the step, the EDQ totals) however many tensors; a list whose second half has
+// another learning rate takes 2 launches per half.
+TEST(CudaOptimizer, OneLaunchStepsAListOfTensors) {
+  BackendPair pair;
+  Rng rng(53);
+  const int64_t sizes[] = {70001, 1007, 5, 2049, 0, 4096};
+  const int64_t skips[] = {0, 0, 0, 1, 0, 0};
+  constexpr size_t kTensors = std::size(sizes);
+  for (const Strategy& strategy : kStrategies) {
+    for (bool two_rates : {false, true}) {
+      const std::string what = std::string(precision_name(strategy.precision)) +
+                               (strategy.quirk ? " (quirk)" : "") +
+                               (two_rates ? ", two learning rates" : "");
+      std::vector<std::unique_ptr<Tensor>> tensors;
+      std::vector<OptimizerStep> cpu_steps(kTensors), emulated_steps(kTensors);
+      std::vector<EdqSums> cpu_edq(kTensors), emulated_edq(kTensors);
+      for (size_t k = 0; k < kTensors; k++) {
+        tensors.push_back(std::make_unique<Tensor>(pair, rng, strategy.precision, sizes[k]));
+        tensors.back()->new_gradient(rng);
+        for (bool emulated : {false, true}) {
+          OptimizerStep& step = emulated ? emulated_steps[k] : cpu_steps[k];
+          step.collage_plus_reference_quirk = strategy.quirk;
+          step.lr = two_rates && k >= kTensors / 2 ? 2e-3 : 1e-3;
+          step.weight_decay = k % 2 ? 0.0 : 0.1;
+          step.t = 3;
+          step.rounding_seed = 0x5eed;
+          tensors[k]->fill(step, emulated, skips[k]);
+          step.edq = emulated ? &emulated_edq[k] : &cpu_edq[k];
+        }
+      }
+      pair.cpu->optimizer_steps(cpu_steps);
+      const int64_t launches = pair.emulated->counters().launches;
+      pair.emulated->optimizer_steps(emulated_steps);
+      EXPECT_EQ(pair.emulated->counters().launches - launches, two_rates ? 4 : 2) << what;
+      pair.emulated->synchronize();
+      for (size_t k = 0; k < kTensors; k++) {
+        const std::string tensor = what + ", tensor " + std::to_string(k) +
+                                   " (n=" + std::to_string(sizes[k] - skips[k]) + ")";
+        tensors[k]->expect_same(tensor);
+        expect_edq_close(emulated_edq[k], cpu_edq[k], tensor);
+        if (sizes[k] > 0) EXPECT_GT(cpu_edq[k].updated, 0) << tensor;
+      }
+      EXPECT_EQ(emulated_edq[4].updated, 0);  // n = 0 adds nothing
+    }
+  }
 }
 
 TEST(CudaOptimizer, MissingStateIsAnError) {

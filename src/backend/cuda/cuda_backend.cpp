@@ -259,21 +259,26 @@ class CudaBackend final : public Backend {
   }
   void do_scale(bf16* x, float factor, int64_t n) override { cuda::scale(cx_, dev(x), factor, n); }
 
-  // The step is queued; its EDQ sums land in a device slot of their own and reach step.edq at
-  // the next synchronize().
-  void do_optimizer_step(const OptimizerStep& step) override {
-    double* slot = nullptr;
-    if (step.edq) {
-      constexpr size_t kSlotBytes = 4 * sizeof(double);
-      if ((pending_edq_.size() + 1) * kSlotBytes > edq_slots_.bytes) {
-        synchronize();  // hands back what is pending, so the slots can move
-        grow(cx_, edq_slots_, std::max<size_t>(2 * edq_slots_.bytes, 64 * kSlotBytes));
-      }
-      if (pending_edq_.empty()) fill_bytes(cx_, edq_slots_.data, 0, edq_slots_.bytes);
-      slot = static_cast<double*>(edq_slots_.data) + 4 * pending_edq_.size();
-      pending_edq_.push_back(step.edq);
+  void do_optimizer_step(const OptimizerStep& step) override { do_optimizer_steps({&step, 1}); }
+  // The steps are queued, one launch for all (kernels/optimizer.cu); each step's EDQ sums land
+  // in a device slot of their own and reach step.edq at the next synchronize().
+  void do_optimizer_steps(std::span<const OptimizerStep> steps) override {
+    constexpr size_t kSlotBytes = 4 * sizeof(double);
+    size_t new_slots = 0;
+    for (const OptimizerStep& step : steps) new_slots += step.edq != nullptr;
+    if ((pending_edq_.size() + new_slots) * kSlotBytes > edq_slots_.bytes) {
+      synchronize();  // hands back what is pending, so the slots can move
+      grow(cx_, edq_slots_,
+           std::max({2 * edq_slots_.bytes, new_slots * kSlotBytes, 64 * kSlotBytes}));
     }
-    cuda::optimizer_step(cx_, step, slot);
+    std::vector<double*> slots(steps.size(), nullptr);
+    for (size_t k = 0; k < steps.size(); k++) {
+      if (!steps[k].edq) continue;
+      if (pending_edq_.empty()) fill_bytes(cx_, edq_slots_.data, 0, edq_slots_.bytes);
+      slots[k] = static_cast<double*>(edq_slots_.data) + 4 * pending_edq_.size();
+      pending_edq_.push_back(steps[k].edq);
+    }
+    cuda::optimizer_steps(cx_, steps.data(), slots.data(), steps.size());
   }
 
  private:

@@ -40,14 +40,13 @@ struct DeviceBuffer {
 // while that op's kernels run (in stream order); every size is set by the op's shapes, so
 // scratch reaches its final size in the first training step and nothing is allocated after.
 struct CudaScratch {
-  DeviceBuffer embedding_rows;   // embedding_backward: (N) rows sorted by token, group starts
-  DeviceBuffer attention_delta;  // attention_backward: (B, NH, T) fp32 D_i = Σ_j P_ij·dP_ij
-  DeviceBuffer column_partials;  // layernorm/bias backward: (row chunks, C) fp32 column sums
-  DeviceBuffer block_partials;   // sum, sum_squares: per-block partial sums
-  // optimizer_step's EDQ: per-block partial sums, then the last-block counter (0 between
-  // launches: zeroed when allocated, reset by each launch's last block)
-  DeviceBuffer optimizer_partials;
-  DeviceBuffer rope_table;  // rope: (T, HS/2) cos then (T, HS/2) sin, fp32
+  DeviceBuffer embedding_rows;      // embedding_backward: (N) rows sorted by token, group starts
+  DeviceBuffer attention_delta;     // attention_backward: (B, NH, T) fp32 D_i = Σ_j P_ij·dP_ij
+  DeviceBuffer column_partials;     // layernorm/bias backward: (row chunks, C) fp32 column sums
+  DeviceBuffer block_partials;      // sum, sum_squares: per-block partial sums
+  DeviceBuffer optimizer_tensors;   // optimizer_steps: the tensors of one launch, their chunks
+  DeviceBuffer optimizer_partials;  // optimizer_steps: per-chunk EDQ partial sums
+  DeviceBuffer rope_table;          // rope: (T, HS/2) cos then (T, HS/2) sin, fp32
 };
 
 struct GemmEngine;  // gemm.h: cuBLASLt handle, workspace and cached algorithms (or the cpu GEMM)

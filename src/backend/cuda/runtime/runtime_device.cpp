@@ -40,7 +40,8 @@ void close_context(CudaContext& cx) {
   cudaStreamSynchronize(cx.stream);  // a destructor must not throw
   for (DeviceBuffer* buffer :
        {&cx.scratch.embedding_rows, &cx.scratch.attention_delta, &cx.scratch.column_partials,
-        &cx.scratch.block_partials, &cx.scratch.optimizer_partials, &cx.scratch.rope_table}) {
+        &cx.scratch.block_partials, &cx.scratch.optimizer_tensors,
+        &cx.scratch.optimizer_partials, &cx.scratch.rope_table}) {
     if (buffer->data) cudaFree(buffer->data);
     *buffer = {};
   }

@@ -29,7 +29,8 @@ void close_context(CudaContext& cx) {
   simt::synchronize(cx.stream);  // a destructor must not throw: errors were reported before
   for (DeviceBuffer* buffer :
        {&cx.scratch.embedding_rows, &cx.scratch.attention_delta, &cx.scratch.column_partials,
-        &cx.scratch.block_partials, &cx.scratch.optimizer_partials, &cx.scratch.rope_table}) {
+        &cx.scratch.block_partials, &cx.scratch.optimizer_tensors,
+        &cx.scratch.optimizer_partials, &cx.scratch.rope_table}) {
     if (buffer->data) simt::device_free(buffer->data);
     *buffer = {};
   }
