@@ -17,7 +17,10 @@
 //
 // Usage: a Terms functor with `static constexpr int kSums` and
 // `__device__ void operator()(int64_t row, int c, float* sums) const` that adds row's terms
-// for column c to sums[0 .. kSums); then column_sums(cx, op, terms, N, C, outputs...).
+// for column c to sums[0 .. kSums); then column_sums(cx, op, terms, N, C, outputs...). A kernel
+// that already walks the rows in chunks of kColumnChunkRows can write stage 1 itself
+// (chunk_column_partials into column_partials(cx, ...)) and leave stage 2 to column_totals
+// (the layernorm backward: its rows are then read once from DRAM, not twice).
 #include "backend/cuda/runtime/runtime.h"
 #include "kernels/common.cuh"
 
@@ -28,18 +31,26 @@ namespace {
 constexpr int kColumnThreads = 256;   // columns of one block
 constexpr int kColumnChunkRows = 32;  // rows one thread sums in stage 1
 
-// partials (kSums, chunks, C): partials[(s · chunks + chunk) · C + c] = Σ_{rows of chunk} term_s.
+// partials (kSums, chunks, C): partials[(s · chunks + chunk) · C + c] = Σ_{rows of chunk} term_s,
+// for the columns c = first, first + step, ... < C (each summed over the chunk's rows in order).
 template <typename Terms>
-__global__ void column_partials_kernel(float* partials, Terms terms, int64_t N, int C) {
-  // This thread's column c and chunk of rows [row_begin, row_end).
-  const int64_t chunk = blockIdx.x, chunks = gridDim.x;
-  const int c = int(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+__device__ __forceinline__ void chunk_column_partials(float* partials, const Terms& terms,
+                                                      int64_t chunk, int64_t chunks, int64_t N,
+                                                      int C, int first, int step) {
   const int64_t row_begin = chunk * kColumnChunkRows;
   const int64_t row_end = row_begin + kColumnChunkRows < N ? row_begin + kColumnChunkRows : N;
-  float sums[Terms::kSums] = {};
-  for (int64_t row = row_begin; row < row_end; row++) terms(row, c, sums);
-  for (int s = 0; s < Terms::kSums; s++) partials[(s * chunks + chunk) * C + c] = sums[s];
+  for (int c = first; c < C; c += step) {
+    float sums[Terms::kSums] = {};
+    for (int64_t row = row_begin; row < row_end; row++) terms(row, c, sums);
+    for (int s = 0; s < Terms::kSums; s++) partials[(s * chunks + chunk) * C + c] = sums[s];
+  }
+}
+
+// Stage 1 on its own: block (chunk, column tile), one thread per column.
+template <typename Terms>
+__global__ void column_partials_kernel(float* partials, Terms terms, int64_t N, int C) {
+  const int c = int(blockIdx.y) * blockDim.x + threadIdx.x;
+  chunk_column_partials(partials, terms, blockIdx.x, gridDim.x, N, C, c, C);
 }
 
 // grads[s][c] = rn(grads[s][c] + Σ_chunk partials[s][chunk][c]) for every non-null grads[s].
@@ -74,24 +85,38 @@ __global__ void column_totals_kernel(ColumnGrads<kSums> out, const float* partia
   }
 }
 
+// The row chunks of N rows, and stage 1's partials for kSums sums over C columns, in
+// cx.scratch.column_partials.
+inline int64_t column_chunks(int64_t N) { return ceil_div(N, kColumnChunkRows); }
+inline float* column_partials(CudaContext& cx, int sums, int64_t N, int C) {
+  return scratch<float>(cx, cx.scratch.column_partials, size_t(sums) * column_chunks(N) * C);
+}
+
+// Stage 2: grads[s][c] = rn(grads[s][c] + Σ_chunk partials[s][chunk][c]), null grads skipped.
+template <typename... Grads>
+void column_totals(CudaContext& cx, const char* op, const float* partials, int64_t N, int C,
+                   Grads... grads) {
+  constexpr int kSums = sizeof...(Grads);
+  const ColumnGrads<kSums> out{{grads...}};
+  launch(cx, op, column_totals_kernel<kSums>, dim3(unsigned(ceil_div(C, kTotalsColumns))),
+         dim3(kTotalsColumns, kTotalsSlices))(out, partials, column_chunks(N), C);
+}
+
 // Accumulates the kSums column sums of terms over N rows into the (C) gradients `grads`
 // (null ones skipped), with partials in cx.scratch.column_partials. N = 0 adds nothing.
 template <typename Terms, typename... Grads>
 void column_sums(CudaContext& cx, const char* op, const Terms& terms, int64_t N, int C,
                  Grads... grads) {
   static_assert(sizeof...(Grads) == Terms::kSums, "one gradient per column sum");
-  const ColumnGrads<Terms::kSums> out{{grads...}};
   if (N == 0 || C == 0) return;
-  const int64_t chunks = ceil_div(N, kColumnChunkRows);
   const int column_tiles = int(ceil_div(C, kColumnThreads));
   COLLAGE_KERNEL_CHECK(column_tiles <= 65535, "%s: C = %d columns exceed the grid's y limit", op,
                        C);
-  float* partials =
-      scratch<float>(cx, cx.scratch.column_partials, size_t(Terms::kSums) * chunks * C);
-  launch(cx, op, column_partials_kernel<Terms>, dim3(unsigned(chunks), unsigned(column_tiles)),
+  float* partials = column_partials(cx, Terms::kSums, N, C);
+  launch(cx, op, column_partials_kernel<Terms>,
+         dim3(unsigned(column_chunks(N)), unsigned(column_tiles)),
          dim3(kColumnThreads))(partials, terms, N, C);
-  launch(cx, op, column_totals_kernel<Terms::kSums>, dim3(unsigned(ceil_div(C, kTotalsColumns))),
-         dim3(kTotalsColumns, kTotalsSlices))(out, partials, chunks, C);
+  column_totals(cx, op, partials, N, C, grads...);
 }
 
 }  // namespace

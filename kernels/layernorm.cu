@@ -76,16 +76,14 @@ __global__ void layernorm_forward_kernel(bf16_t* out, float* mean, float* rstd, 
   }
 }
 
-// One warp per row: with x̂ = (x - mean)·rstd and g = dout·weight,
-//   dinp += rstd·(g - mean(g) - x̂·mean(g·x̂)).
+// dinp += rstd·(g - mean(g) - x̂·mean(g·x̂)) for one row, by one warp (x̂ = (x - mean)·rstd,
+// g = dout·weight).
 template <int W>
-__global__ void layernorm_backward_dinp_kernel(bf16_t* dinp, const bf16_t* dout, const bf16_t* inp,
-                                               const bf16_t* weight, const float* mean,
-                                               const float* rstd, int64_t N, int C) {
-  // This warp's row; this lane's chunks start at lane·W and step by a warp's W·32.
+__device__ __forceinline__ void dinp_row(bf16_t* dinp, const bf16_t* dout, const bf16_t* inp,
+                                         const bf16_t* weight, const float* mean, const float* rstd,
+                                         int64_t row, int C) {
+  // This lane's chunks start at lane·W and step by a warp's W·32.
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= N) return;
   const int first = lane * W, step = kWarpSize * W;
   const bf16_t* x = inp + row * C;    // (C)
   const bf16_t* dy = dout + row * C;  // (C)
@@ -131,6 +129,29 @@ struct LayernormTerms {
   }
 };
 
+// The backward over one chunk of kColumnChunkRows rows (kernels/column_sums.cuh) a block, in
+// two parts:
+//  1. if dinp is not null, a warp per row: with x̂ = (x - mean)·rstd and g = dout·weight,
+//       dinp += rstd·(g - mean(g) - x̂·mean(g·x̂));
+//  2. if partials is not null, the chunk's column sums of dout·x̂ and dout, a thread per column
+//     (column_sums's stage 1, the same sums in the same order), from the rows part 1 has just
+//     read: from L2 rather than DRAM. Stage 2 is column_totals.
+// It was a dinp kernel and column_sums's two: at GPT-2 124M, 16 × 1024, the second read of
+// dout and x was 50 MB a layernorm, ~0.4 ms over the step's 25 (predicted, not measured).
+constexpr int kBackwardThreads = kColumnChunkRows * kWarpSize;  // a warp per row of the chunk
+template <int W>
+__global__ void __launch_bounds__(kBackwardThreads)
+    layernorm_backward_kernel(bf16_t* dinp, float* partials, const bf16_t* dout, const bf16_t* inp,
+                              const bf16_t* weight, const float* mean, const float* rstd, int64_t N,
+                              int C) {
+  const int64_t chunk = blockIdx.x;
+  const int64_t row = chunk * kColumnChunkRows + threadIdx.x / kWarpSize;  // this warp's
+  if (dinp && row < N) dinp_row<W>(dinp, dout, inp, weight, mean, rstd, row, C);
+  if (partials)
+    chunk_column_partials(partials, LayernormTerms{dout, inp, mean, rstd, C}, chunk, gridDim.x, N,
+                          C, int(threadIdx.x), kBackwardThreads);
+}
+
 template <bool kResidual>
 void forward(CudaContext& cx, const char* op, bf16_t* out, float* mean, float* rstd,
              bf16_t* residual, const bf16_t* inp, const bf16_t* b, const bf16_t* weight,
@@ -167,19 +188,19 @@ void layernorm_backward(CudaContext& cx, bf16_t* dinp, bf16_t* dweight, bf16_t* 
                         const bf16_t* dout, const bf16_t* inp, const bf16_t* weight,
                         const float* mean, const float* rstd, int64_t N, int C) {
   const char* op = "layernorm_backward";
-  if (N == 0 || (!dinp && !dweight && !dbias)) return;  // null gradients: not computed
-  if (dinp) {
-    const dim3 grid(unsigned(ceil_div(N, kRowsPerBlock))), block(kLayernormThreads);
-    if (C % Packed128<bf16_t>::size == 0 && aligned16(dinp, dout, inp, weight)) {
-      launch(cx, op, layernorm_backward_dinp_kernel<Packed128<bf16_t>::size>, grid, block)(
-          dinp, dout, inp, weight, mean, rstd, N, C);
-    } else {
-      launch(cx, op, layernorm_backward_dinp_kernel<1>, grid, block)(dinp, dout, inp, weight, mean,
-                                                                     rstd, N, C);
-    }
+  if (N == 0 || C == 0 || (!dinp && !dweight && !dbias)) return;  // nothing to compute
+  const bool sums = dweight || dbias;
+  float* partials = sums ? column_partials(cx, LayernormTerms::kSums, N, C) : nullptr;
+  const dim3 grid(unsigned(column_chunks(N))), block(kBackwardThreads);
+  if (C % Packed128<bf16_t>::size == 0 && aligned16(dout, inp, weight) &&
+      (!dinp || aligned16(dinp))) {
+    launch(cx, op, layernorm_backward_kernel<Packed128<bf16_t>::size>, grid, block)(
+        dinp, partials, dout, inp, weight, mean, rstd, N, C);
+  } else {
+    launch(cx, op, layernorm_backward_kernel<1>, grid, block)(dinp, partials, dout, inp, weight,
+                                                              mean, rstd, N, C);
   }
-  if (dweight || dbias)
-    column_sums(cx, op, LayernormTerms{dout, inp, mean, rstd, C}, N, C, dweight, dbias);
+  if (sums) column_totals(cx, op, partials, N, C, dweight, dbias);
 }
 
 COLLAGE_CUDA_VARIANT_END
