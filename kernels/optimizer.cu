@@ -59,6 +59,7 @@ struct SharedStep {
   bool reference_quirk;  // collage-plus: the published in-place Mult
   uint64_t rounding_seed;
   int64_t t;
+  float grad_scale;  // clipping's factor: g is read as rn(g·grad_scale) unless it is 1
 };
 
 // One tensor of a launch (the table is uploaded to the device per launch).
@@ -88,6 +89,7 @@ template <Precision P>
 __device__ __forceinline__ math::EdqTerm step_values(const SharedStep& shared,
                                                      const math::AdamScalars& s, int64_t index,
                                                      bf16_t& theta, bf16_t g, StateT<P> (&st)[4]) {
+  if (shared.grad_scale != 1.0f) g = math::clipped_gradient(g, shared.grad_scale);
   if constexpr (P == Precision::fp32_master) {
     const math::EdqTerm term = math::step_fp32_master(st[0], to_float(g), st[1], st[2], s);
     theta = to_bf16(st[0]);  // the weights the model reads: rn(master)
@@ -245,7 +247,7 @@ bool same_launch(const OptimizerStep& a, const OptimizerStep& b) {
   return a.precision == b.precision && a.adam_order == b.adam_order &&
          a.collage_plus_reference_quirk == b.collage_plus_reference_quirk && a.lr == b.lr &&
          a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps && a.t == b.t &&
-         a.rounding_seed == b.rounding_seed;
+         a.rounding_seed == b.rounding_seed && a.grad_scale == b.grad_scale;
 }
 
 math::AdamScalars scalars_of(const OptimizerStep& step) {
@@ -300,6 +302,7 @@ void launch_steps(CudaContext& cx, const OptimizerStep* steps, double* const* ed
   shared.reference_quirk = steps[0].collage_plus_reference_quirk;
   shared.rounding_seed = steps[0].rounding_seed;
   shared.t = steps[0].t;
+  shared.grad_scale = steps[0].grad_scale;
 
   TensorStep* table = scratch<TensorStep>(cx, cx.scratch.optimizer_tensors, tensors.size());
   upload(cx, table, tensors.data(), tensors.size() * sizeof(TensorStep));

@@ -269,6 +269,8 @@ void optimizer_step(const OptimizerStep& step, bool fp32_storage) {
   call.at_least(step.t, 1, "step counter t");
   call.require(step.beta1 >= 0 && step.beta1 < 1 && step.beta2 >= 0 && step.beta2 < 1,
                "beta1 = {} and beta2 = {} must be in [0, 1)", step.beta1, step.beta2);
+  call.require(std::isfinite(step.grad_scale) && step.grad_scale > 0,
+               "grad_scale = {} must be finite and > 0", step.grad_scale);
 }
 }  // namespace
 

@@ -22,6 +22,10 @@ struct OptimizerStep {
   // double; the backend forms the fp32 scalars of docs/PRECISION.md §2 from them once per call.
   double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
   int64_t t = 1;  // step counter, starts at 1
+  // Global-norm clipping's factor, fused into the step: the step reads each gradient element
+  // as rn(g·grad_scale), the bits Backend::scale would have stored, without a pass of its own
+  // over the gradients (src/train/trainer.cpp). 1: the gradient as stored.
+  float grad_scale = 1.0f;
   // stochastic rounding: element i of this tensor draws from a counter-based RNG keyed by
   // (rounding_seed, t, rounding_offset + i), so runs and resumes are reproducible.
   uint64_t rounding_seed = 0;

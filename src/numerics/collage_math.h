@@ -66,6 +66,17 @@ inline AdamScalars make_adam_scalars(double lr, double beta1, double beta2, doub
   return s;
 }
 
+// ---- the gradient ----
+
+// What the step reads of a gradient element with clipping's factor c ≠ 1: rn(g·c), which is
+// what Backend::scale stores (fp32 product, one rounding), so clipping fused into the update's
+// pass gives the bits of clipping first. fp32 storage (fp32-master's F = float): g·c.
+template <typename B>
+COLLAGE_HD inline B clipped_gradient(B g, float c) {
+  return rn(f32_mul(to_f32(g), c));
+}
+COLLAGE_HD inline float clipped_gradient(float g, float c) { return f32_mul(g, c); }
+
 // ---- the moments ----
 
 // torch/NeMo order, a lerp: m = rn(fma(1−β1, g − m, m)), g − m in fp32 (not rounded to bf16).

@@ -100,7 +100,7 @@ const StateComponent& Optimizer::component(const std::string& name) const {
        name);
 }
 
-StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
+StepEdq Optimizer::step(int64_t t, double lr, Comm& comm, float grad_scale) {
   const size_t groups = options_.edq_groups.size();
   // One EdqSums per tensor: a backend that queues work fills them by synchronize().
   std::vector<EdqSums> span_edq(spans_.size());
@@ -124,6 +124,7 @@ StepEdq Optimizer::step(int64_t t, double lr, Comm& comm) {
     s.eps = config_.eps;
     s.weight_decay = span.weight_decay ? config_.weight_decay : 0.0;
     s.t = t;
+    s.grad_scale = grad_scale;
     // Element i of the span draws the random bits of parameter (offset + i): independent of
     // how the parameters are cut into spans.
     s.rounding_seed = options_.rounding_seed;

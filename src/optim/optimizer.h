@@ -65,9 +65,11 @@ class Optimizer {
   Optimizer(const OptimizerConfig& config, Backend& backend, std::vector<ParamSpan> spans,
             bf16* params, bf16* grads, int64_t num_parameters, OptimizerOptions options = {});
 
-  // One AdamW step with learning rate lr; t is the 1-based step counter. EDQ sums (zero when
-  // optimizer.edq is false) are all-reduced over `comm` (sum of doubles, one call).
-  StepEdq step(int64_t t, double lr, Comm& comm);
+  // One AdamW step with learning rate lr; t is the 1-based step counter. grad_scale is
+  // global-norm clipping's factor (1: none), applied as the step reads each gradient
+  // (OptimizerStep::grad_scale). EDQ sums (zero when optimizer.edq is false) are all-reduced
+  // over `comm` (sum of doubles, one call).
+  StepEdq step(int64_t t, double lr, Comm& comm, float grad_scale = 1.0f);
 
   const std::vector<StateComponent>& state() const { return state_; }
   const StateComponent& component(const std::string& name) const;  // throws if absent

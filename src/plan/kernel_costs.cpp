@@ -282,16 +282,15 @@ void add_backward(KernelCostRows& k) {
         (rope ? 1 : 2) * N * C);
 }
 
-// The optimizer step's kernels (src/train/trainer.cpp train_step), over P parameters in
-// `tensors` tensors.
-void add_optimizer_step(KernelCostRows& k, double P, size_t tensors, Precision precision) {
+// The optimizer step's kernels (src/train/trainer.cpp train_step) over P parameters: the
+// zeroing, the norm, and one optimizer_steps call for every tensor with global-norm clipping's
+// scale in it.
+void add_optimizer_step(KernelCostRows& k, double P, Precision precision) {
   using KP = KernelPhase;
   k.add("zero gradients", KP::step, 1, P * kBf16, 0);
   k.add("sum_squares gradients", KP::step, 1, P * kBf16, 2 * P);
-  k.add("scale gradients (clipping)", KP::step, 1, 2 * P * kBf16, P);
-  k.add(fmt::format("optimizer_step {}", precision_name(precision)), KP::step, int64_t(tensors),
-        P * optimizer_bytes_per_parameter(precision) / double(tensors),
-        P * optimizer_flops_per_parameter(precision) / double(tensors));
+  k.add(fmt::format("optimizer_steps {}", precision_name(precision)), KP::step, 1,
+        P * optimizer_bytes_per_parameter(precision), P * optimizer_flops_per_parameter(precision));
 }
 
 }  // namespace
@@ -304,7 +303,7 @@ std::vector<KernelCost> kernel_costs(const ModelConfig& model, int B, int T, Pre
   KernelCostRows k(model, B, T);
   add_forward(k);
   add_backward(k);
-  add_optimizer_step(k, P, table.size(), precision);
+  add_optimizer_step(k, P, precision);
   return std::move(k.rows);
 }
 
@@ -427,8 +426,8 @@ constexpr const char* kCountingNote =
     "collage-light, 36 collage-plus, 18 kahan, and bytes per parameter 28 fp32-master "
     "(reads g, master, m, v; writes master, m, v, θ), 14 bf16/stochastic (reads θ, g, m, v; "
     "writes θ, m, v), 18 collage-light/kahan (+ δθ or the compensation), 22 collage-plus "
-    "(reads θ, g, m, v, δθ, δv; writes θ, m, v, δθ, δv); the EDQ sums are not counted. The "
-    "clipping scale runs only when the gradient norm exceeds optimizer.grad_clip.\n"
+    "(reads θ, g, m, v, δθ, δv; writes θ, m, v, δθ, δv); the EDQ sums are not counted, nor "
+    "global-norm clipping, which the optimizer applies as it reads each gradient.\n"
     "Attention: causal, only the T(T+1)/2 visible (query, key) pairs of each head count, and "
     "flash-style recomputation once: the forward is 2 GEMM-equivalents (q·kᵀ, P·v), the "
     "backward 5 (q·kᵀ recomputed, dv = Pᵀ·dout, dP = dout·vᵀ, dq = dS·k, dk = dSᵀ·q), "

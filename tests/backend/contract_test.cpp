@@ -162,6 +162,15 @@ std::vector<Case> cases() {
          step.t = 0;
          b.optimizer_step(step);
        }},
+      {"optimizer_step", "optimizer_step (bf16): grad_scale = 0 must be finite and > 0",
+       [](Backend& b, const Memory& m) {
+         OptimizerStep step;
+         step.precision = Precision::bf16;
+         step.param = m.s, step.grad = m.s, step.n = 4;
+         step.state[0] = step.state[1] = m.s;
+         step.grad_scale = 0.0f;
+         b.optimizer_step(step);
+       }},
       {"optimizer_steps",
        "optimizer_steps: two of the 2 steps update overlapping weights (4 bytes in common); each "
        "tensor may be stepped once per call",

@@ -150,6 +150,7 @@ void step_both(BackendPair& pair, Tensor& tensor, const Strategy& strategy, cons
   step.weight_decay = weight_decay;
   step.t = t;
   step.rounding_seed = 0x5eed, step.rounding_offset = 12345;
+  step.grad_scale = t % 2 ? 1.0f : 0.37f;  // clipping's factor on every other step
   EdqSums cpu_edq, emulated_edq;
   tensor.fill(step, false);
   step.edq = &cpu_edq;

@@ -89,8 +89,14 @@ OptimizerStep make_step(const Case& c, int64_t t) {
   return s;
 }
 
-// Runs kSteps of the backend on a copy of h; returns the final host tensor and EDQ sums.
-HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<EdqSums>& edq) {
+// How a run applies global-norm clipping's factor to each step's gradient.
+enum class Clipping { none, scale_first, fused };
+
+// Runs kSteps of the backend on a copy of h; returns the final host tensor and EDQ sums. With
+// clipping, every step's gradient is scaled by `factor`: by Backend::scale before the step, or
+// by the step itself (OptimizerStep::grad_scale).
+HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<EdqSums>& edq,
+                       Clipping clipping = Clipping::none, float factor = 1.0f) {
   auto backend = make_cpu_backend(threads);
   const size_t nbytes = kN * sizeof(bf16);
   void* theta = backend->allocate(nbytes);
@@ -104,7 +110,9 @@ HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<Edq
   edq.assign(kSteps, EdqSums{});
   for (int k = 0; k < kSteps; k++) {
     backend->copy_to_device(grad, h.grads[k].data(), nbytes);
+    if (clipping == Clipping::scale_first) backend->scale(static_cast<bf16*>(grad), factor, kN);
     OptimizerStep s = make_step(c, k + 1);
+    if (clipping == Clipping::fused) s.grad_scale = factor;
     s.param = theta, s.grad = grad;
     for (size_t j = 0; j < state.size(); j++) s.state[j] = state[j];
     s.edq = &edq[k];
@@ -215,6 +223,58 @@ TEST(CpuStrategyStep, MatchesTheHeaderBitForBitWithDeterministicEdq) {
       EXPECT_NEAR(edq1[k].u_squared, want_edq[k].u_squared, 1e-12 * want_edq[k].u_squared);
     }
   }
+}
+
+// Clipping fused into the step (OptimizerStep::grad_scale) gives the bits of Backend::scale on
+// the gradient first, for every strategy, on the lane path and the scalar tail, its EDQ sums
+// included; a factor that rounds some products to subnormals and one that leaves every
+// gradient as it is (1 is "none", 1 − 2^-24 is a multiplication).
+TEST(CpuStrategyStep, FusedClippingIsScaleThenStep) {
+  uint64_t seed = 100;
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(describe(c));
+    const HostTensor start = make_tensor(c, seed++);
+    for (float factor : {0.37f, 3e-35f, 1.0f - 0x1p-24f}) {
+      SCOPED_TRACE(factor);
+      std::vector<EdqSums> first_edq, fused_edq;
+      const HostTensor first = run_backend(c, start, 2, first_edq, Clipping::scale_first, factor);
+      const HostTensor fused = run_backend(c, start, 2, fused_edq, Clipping::fused, factor);
+      ASSERT_EQ(0, std::memcmp(fused.theta.data(), first.theta.data(), kN * sizeof(bf16)));
+      for (size_t j = 0; j < first.state.size(); j++)
+        ASSERT_EQ(fused.state[j], first.state[j]) << "state " << j;
+      for (int k = 0; k < kSteps; k++)
+        ASSERT_TRUE(same_edq_bits(fused_edq[k], first_edq[k])) << "step " << k;
+    }
+  }
+  // fp32 storage (fp32-master only): the gradient is the fp32 product g·factor.
+  auto backend = make_cpu_backend_fp32(2);
+  constexpr int64_t n = 1000 + 7;
+  Bf16Random r(7);
+  std::vector<float> theta(n), grad(n);
+  for (int64_t i = 0; i < n; i++) theta[i] = float(r.normal()), grad[i] = float(1e-2 * r.normal());
+  std::vector<float> results[2];
+  for (int fused = 0; fused < 2; fused++) {
+    std::vector<float> zeros(n, 0.0f);
+    void* d[5];
+    const std::vector<float>* host[5] = {&theta, &grad, &theta, &zeros, &zeros};
+    for (int j = 0; j < 5; j++) {
+      d[j] = backend->allocate(n * 4);
+      backend->copy_to_device(d[j], host[j]->data(), n * 4);
+    }
+    OptimizerStep s;
+    s.param = d[0], s.grad = d[1], s.state[0] = d[2], s.state[1] = d[3], s.state[2] = d[4];
+    s.n = n, s.lr = 1e-2, s.weight_decay = 0.1, s.t = 1;
+    if (fused)
+      s.grad_scale = 0.37f;
+    else
+      backend->scale(static_cast<float*>(d[1]), 0.37f, n);
+    backend->optimizer_step(s);
+    results[fused].resize(n);
+    backend->copy_to_host(results[fused].data(), d[0], n * 4);
+    for (void* p : d) backend->release(p);
+  }
+  EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(), n * 4));
+  EXPECT_NE(0, std::memcmp(results[0].data(), theta.data(), n * 4));  // the step moved θ
 }
 
 TEST(CpuStrategyStep, EdqIsOptionalAndAddsUp) {

@@ -101,6 +101,36 @@ struct Bf16Lanes {};  // never instantiated without the lane path
 struct F32Lanes {};
 #endif
 
+// The gradient as the step reads it, with clipping's factor c (OptimizerStep::grad_scale) fused
+// into the load: rn(g·c), the bits Backend::scale stores (cm::clipped_gradient), or g itself
+// when c = 1. fp32-master on bf16 storage rounds the product to bf16 before widening, as the
+// stored gradient would be; on fp32 storage the product is the fp32 one.
+template <typename B>  // cm::bfloat or Bf16Lanes
+void load_gradient(B& g, const bf16* p, float c) {
+  load(g, p);
+  if (c != 1.0f) g = cm::clipped_gradient(g, c);
+}
+inline void load_gradient(float& g, const bf16* p, float c) {
+  cm::bfloat b;
+  load_gradient(b, p, c);
+  g = cm::to_f32(b);
+}
+inline void load_gradient(float& g, const float* p, float c) {
+  load(g, p);
+  if (c != 1.0f) g = cm::clipped_gradient(g, c);
+}
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+inline void load_gradient(F32Lanes& g, const bf16* p, float c) {
+  Bf16Lanes b;
+  load_gradient(b, p, c);
+  g = cm::to_f32(b);
+}
+inline void load_gradient(F32Lanes& g, const float* p, float c) {
+  load(g, p);
+  if (c != 1.0f) g = cm::f32_mul(g, F32Lanes(c));
+}
+#endif
+
 // ---- the strategies: at<B>(i) steps the elements from i on, one (B = cm::bfloat or float)
 // or kLanes (B = Bf16Lanes or F32Lanes), with the collage_math.h step of its name, and returns
 // their EDQ term. Lanes and One name the two element types; step_chunk below picks one. ----
@@ -113,10 +143,11 @@ struct Bf16Adam {
   const bf16* grad;
   bf16 *m, *v;
   cm::AdamScalars s;
+  float grad_scale;  // clipping's factor, fused (load_gradient)
 
   template <typename B>
   void load_at(int64_t i, B& th, B& g, B& mi, B& vi) const {
-    load(th, theta + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
+    load(th, theta + i), load_gradient(g, grad + i, grad_scale), load(mi, m + i), load(vi, v + i);
   }
   template <typename B>
   void store_at(int64_t i, B th, B mi, B vi) const {
@@ -211,10 +242,11 @@ struct Fp32MasterStep {
   const S* grad;
   float *master, *m, *v;
   cm::AdamScalars s;
+  float grad_scale;  // clipping's factor, fused (load_gradient)
   template <typename F>
   auto at(int64_t i) const {
     F w, g, mi, vi;
-    load(w, master + i), load(g, grad + i), load(mi, m + i), load(vi, v + i);
+    load(w, master + i), load_gradient(g, grad + i, grad_scale), load(mi, m + i), load(vi, v + i);
     const auto edq = cm::step_fp32_master(w, g, mi, vi, s);
     store(master + i, w), store(m + i, mi), store(v + i, vi), store(param + i, w);
     return edq;
@@ -301,12 +333,14 @@ void step_storage(const OptimizerStep& step, int threads, double* partial_sums,
   const S* grad = static_cast<const S*>(step.grad);
   if (step.precision == Precision::fp32_master) {
     const Fp32MasterStep<S> master{
-        param, grad, state<float>(step, 0), state<float>(step, 1), state<float>(step, 2), s};
+        param, grad,           state<float>(step, 0), state<float>(step, 1), state<float>(step, 2),
+        s,     step.grad_scale};
     return step_elements(n, threads, partial_sums, master);
   }
   if constexpr (!std::is_same_v<S, float>) {
     use_reciprocal_denominators(s, table);
-    const Bf16Adam adam{param, grad, state<bf16>(step, 0), state<bf16>(step, 1), s};
+    const Bf16Adam adam{param, grad,           state<bf16>(step, 0), state<bf16>(step, 1),
+                        s,     step.grad_scale};
     switch (step.precision) {
       case Precision::bf16:
         return step_elements(n, threads, partial_sums, Bf16Step{adam});
