@@ -22,7 +22,11 @@ struct EncoderCase {
 };
 
 inline Fixture read_encoder_fixture(const std::string& arch) {
-  return read_fixture(std::string(COLLAGE_SOURCE_DIR) + "/tests/fixtures/" + arch + "_encoder.bin");
+  // Built with append: GCC 12 warns (-Wstringop-overflow, a false positive) on the inlined
+  // memcpy of a chain of std::string operator+.
+  std::string path = COLLAGE_SOURCE_DIR;
+  path.append("/tests/fixtures/").append(arch).append("_encoder.bin");
+  return read_fixture(path);
 }
 
 inline std::vector<int32_t> fixture_ints(const Fixture& f, const std::string& name) {
