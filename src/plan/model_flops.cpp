@@ -65,8 +65,10 @@ DevicePeak backend_peak(const std::string& backend_name, const ParallelConfig& p
           ? cpu::gemm_engine(cpu::choose_cpu_gemm(parallel.cpu_gemm, /*bf16_storage=*/true), true)
           : cpu::GemmEngine::openblas_sgemm;
   const cpu::GemmPeak peak = cpu::measure_gemm_peak(engine, parallel.threads);
-  return {peak.flops, fmt::format("cpu: {} measured at {} ({})", cpu::gemm_engine_name(engine),
-                                  format_flop_rate(peak.flops), peak.measurement)};
+  return {peak.flops,
+          fmt::format("cpu: {} measured at {} ({})", cpu::gemm_engine_name(engine),
+                      format_flop_rate(peak.flops), peak.measurement),
+          /*measured=*/true};
 }
 
 std::string format_flop_rate(double flops_per_second) {

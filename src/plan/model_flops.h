@@ -43,8 +43,9 @@ ModelFlops model_flops(const Config& config);
 
 // What "100%" means on the device a rank runs on.
 struct DevicePeak {
-  double flops = 0;    // FLOP/s; 0: unknown, so no MFU is reported
-  std::string source;  // "A100 bf16 dense tensor-core peak (datasheet)", "cpu: measured ..."
+  double flops = 0;       // FLOP/s; 0: unknown, so no MFU is reported
+  std::string source;     // "A100 bf16 dense tensor-core peak (datasheet)", "cpu: measured ..."
+  bool measured = false;  // measured on this machine (the CPU backends), not a datasheet's
 };
 
 // Datasheet bf16 dense (no sparsity) tensor-core peaks, matched on the CUDA device name

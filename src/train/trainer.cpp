@@ -132,7 +132,8 @@ struct Run {
   std::unique_ptr<MetricsFile> metrics;
   ModelFlops flops;
   double flops_per_step = 0;
-  DevicePeak peak;  // known on world rank 0 only
+  DevicePeak peak;        // known on world rank 0 only
+  int peak_rechecks = 0;  // times a step outran a measured peak, which was then measured again
   std::optional<ProgressBar> progress_bar;
 
   // Fault injection for tests/parallel/preemption.py: COLLAGE_TEST_STEP_SECONDS=S makes every
@@ -347,6 +348,9 @@ void open_records(Run& run, bool resuming) {
                            config.training.max_steps);
   const char* slow_steps = std::getenv("COLLAGE_TEST_STEP_SECONDS");
   run.test_step_seconds = slow_steps ? std::atof(slow_steps) : 0;
+  // Tests: a start-up measurement of the peak taken in a disturbed moment (recheck_peak).
+  if (const char* scale = std::getenv("COLLAGE_TEST_PEAK_SCALE"))
+    run.peak.flops *= std::atof(scale);
 }
 
 // The steps this call will train, or why there are none.
@@ -531,11 +535,36 @@ std::optional<TaskFigures> validate_if_due(Run& run, int64_t step, TrainResult& 
   return val;
 }
 
+// A step that ran faster than the measured GEMM peak it is divided by shows that the peak was
+// measured in a slow moment (a shared machine's neighbours, a start-up transient: on the 2-core
+// development VM the demo's start-up measurement once gave 206 GFLOP/s where oneDNN does 427,
+// and its steps showed MFU 102–131%). The peak is then measured again, at most twice a run, and
+// the higher rate kept, the log and the step's record saying so. Datasheet peaks stay.
+constexpr int kPeakRechecks = 2;
+bool recheck_peak(Run& run, const StepFigures& s) {
+  if (!run.lead || !run.peak.measured || run.peak_rechecks >= kPeakRechecks) return false;
+  const double flop_rate = run.device_flop_rate(s.seconds);
+  if (flop_rate <= run.peak.flops) return false;
+  run.peak_rechecks++;
+  const DevicePeak again = backend_peak(run.backend_name, run.config.parallel, node_local_rank());
+  const bool higher = again.flops > run.peak.flops;
+  spdlog::warn(
+      "step {} ran at {}, above the GEMM peak it is measured against ({}); measured "
+      "again: {}{}",
+      s.step, format_flop_rate(flop_rate), format_flop_rate(run.peak.flops), again.source,
+      higher ? ", which MFU now uses"
+             : "; kept the first (this machine's speed varies: MFU may pass 100%)");
+  if (higher) run.peak = again;
+  return higher;
+}
+
 // Every step to metrics.jsonl, with the validation's figures when it is due; to the console
 // every log_interval steps, at a validation and after the last step.
 void record_step(Run& run, const StepFigures& s, TrainResult& result) {
   const TrainingConfig& tc = run.config.training;
+  const bool new_peak = recheck_peak(run, s);
   nlohmann::json record = step_record(run, s);
+  if (new_peak) record["peak_tflops"] = run.peak.flops / 1e12;
   const std::optional<TaskFigures> val = validate_if_due(run, s.step, result);
   if (val) {
     record["val_loss"] = val->loss;

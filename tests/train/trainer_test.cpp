@@ -62,6 +62,30 @@ TEST_F(TrainerTest, LossFallsAndValidationIsLogged) {
   EXPECT_TRUE(fs::exists(dir_ / "run" / "train.log"));
 }
 
+// A step that outruns the GEMM peak measured at start-up (here made a millionth of itself, as a
+// measurement in a disturbed moment) has the peak measured again: the log says so, the step's
+// record carries the new peak, and MFU is below 100% from that step on.
+TEST_F(TrainerTest, APeakTheStepsOutranIsMeasuredAgain) {
+  Config config = tiny_config(
+      "outrun", {"training.max_steps=4", "training.eval_interval=0", "checkpoint.interval=0"});
+  setenv("COLLAGE_TEST_PEAK_SCALE", "1e-6", 1);
+  train(config, {});
+  unsetenv("COLLAGE_TEST_PEAK_SCALE");
+  const auto records = metrics("outrun");
+  ASSERT_EQ(records.size(), 5u);
+  const double disturbed = records[0]["peak_tflops"];
+  ASSERT_TRUE(records[1].contains("peak_tflops")) << records[1].dump();
+  EXPECT_GT(records[1]["peak_tflops"].get<double>(), 1e5 * disturbed);
+  for (size_t k = 1; k < records.size(); k++) {
+    EXPECT_LT(records[k]["mfu"].get<double>(), 1.0) << "step " << k;
+    if (k > 1) EXPECT_FALSE(records[k].contains("peak_tflops")) << "measured again at step " << k;
+  }
+  std::ifstream log(dir_ / "outrun" / "train.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("step 1 ran at"), std::string::npos) << text;
+  EXPECT_NE(text.find("which MFU now uses"), std::string::npos) << text;
+}
+
 // Under every precision strategy: stopping at step 3 and resuming gives the same losses,
 // EDQ figures (the cumulative ratio too) and final weights and optimizer state, bit for bit.
 TEST_F(TrainerTest, ResumeContinuesBitForBitUnderEveryStrategy) {
