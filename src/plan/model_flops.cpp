@@ -71,6 +71,13 @@ DevicePeak backend_peak(const std::string& backend_name, const ParallelConfig& p
           /*measured=*/true};
 }
 
+std::optional<DevicePeak> remeasure_if_outrun(const DevicePeak& peak, double achieved,
+                                              const std::string& backend_name,
+                                              const ParallelConfig& parallel, int device) {
+  if (!peak.measured || achieved <= peak.flops) return std::nullopt;
+  return backend_peak(backend_name, parallel, device);
+}
+
 std::string format_flop_rate(double flops_per_second) {
   if (flops_per_second >= 1e12) return fmt::format("{:.1f} TFLOP/s", flops_per_second / 1e12);
   return fmt::format("{:.1f} GFLOP/s", flops_per_second / 1e9);

@@ -18,6 +18,7 @@
 // Encoders apply their heads to fewer rows than tokens: the MLM head to the
 // data.max_predictions masked positions and the pooler and NSP classifier to one row of each
 // sequence, so their share is counted per sequence, not per token.
+#include <optional>
 #include <string>
 
 #include "config/config.h"
@@ -60,6 +61,13 @@ DevicePeak gpu_peak(const std::string& device_name);
 // cuda-emulated's OpenBLAS sgemm. `source` names the engine, its rate and how it was measured.
 DevicePeak backend_peak(const std::string& backend_name, const ParallelConfig& parallel,
                         int device);
+
+// A step at `achieved` FLOP/s above a measured peak shows the peak was measured in a slow moment
+// (a shared machine's neighbours, a start-up transient): the peak measured again, for the caller
+// to keep if higher. Nothing when the peak is a datasheet's or was not outrun.
+std::optional<DevicePeak> remeasure_if_outrun(const DevicePeak& peak, double achieved,
+                                              const std::string& backend_name,
+                                              const ParallelConfig& parallel, int device);
 
 // "41.3 TFLOP/s", "87.2 GFLOP/s": a FLOP rate in the unit that reads best.
 std::string format_flop_rate(double flops_per_second);

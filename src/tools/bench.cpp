@@ -227,13 +227,10 @@ void add_rates(const Config& config, int64_t num_parameters, BenchResult& r) {
   r.model_gflop = model_flops(config).per_sequence() * B / 1e9;
   r.achieved_gflops = r.model_gflop / (r.step_ms / 1e3);
   DevicePeak peak = backend_peak(r.backend, config.parallel, 0);
-  // A step faster than a measured peak: the peak was measured in a slow moment, so it is
-  // measured once more and the higher rate kept (as the trainer does: docs/ARCHITECTURE.md,
-  // "Model FLOPs and MFU").
-  if (peak.measured && r.achieved_gflops * 1e9 > peak.flops) {
-    const DevicePeak again = backend_peak(r.backend, config.parallel, 0);
-    if (again.flops > peak.flops) peak = again;
-  }
+  // Outrun: measured once more, the higher rate kept (docs/ARCHITECTURE.md, "Model FLOPs and MFU").
+  const auto again =
+      remeasure_if_outrun(peak, r.achieved_gflops * 1e9, r.backend, config.parallel, 0);
+  if (again && again->flops > peak.flops) peak = *again;
   r.peak_gflops = peak.flops / 1e9;
   r.peak_source = peak.source;
 }

@@ -542,11 +542,13 @@ std::optional<TaskFigures> validate_if_due(Run& run, int64_t step, TrainResult& 
 // the higher rate kept, the log and the step's record saying so. Datasheet peaks stay.
 constexpr int kPeakRechecks = 2;
 bool recheck_peak(Run& run, const StepFigures& s) {
-  if (!run.lead || !run.peak.measured || run.peak_rechecks >= kPeakRechecks) return false;
+  if (!run.lead || run.peak_rechecks >= kPeakRechecks) return false;
   const double flop_rate = run.device_flop_rate(s.seconds);
-  if (flop_rate <= run.peak.flops) return false;
+  const std::optional<DevicePeak> remeasured = remeasure_if_outrun(
+      run.peak, flop_rate, run.backend_name, run.config.parallel, node_local_rank());
+  if (!remeasured) return false;
   run.peak_rechecks++;
-  const DevicePeak again = backend_peak(run.backend_name, run.config.parallel, node_local_rank());
+  const DevicePeak& again = *remeasured;
   const bool higher = again.flops > run.peak.flops;
   spdlog::warn(
       "step {} ran at {}, above the GEMM peak it is measured against ({}); measured "

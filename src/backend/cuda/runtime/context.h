@@ -7,6 +7,7 @@
 // the host SIMT emulator (g++, COLLAGE_EMULATED). The two builds live in one executable in
 // different inline namespaces, collage::cuda::device and collage::cuda::emulated; inside a
 // build, code says collage::cuda:: and gets its own.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -47,6 +48,11 @@ struct CudaScratch {
   DeviceBuffer optimizer_tensors;   // optimizer_steps: the tensors of one launch, their chunks
   DeviceBuffer optimizer_partials;  // optimizer_steps: per-chunk EDQ partial sums
   DeviceBuffer rope_table;          // rope: (T, HS/2) cos then (T, HS/2) sin, fp32
+  // Every buffer above, for close_context to free (one list, so a new buffer is not missed).
+  std::array<DeviceBuffer*, 7> all() {
+    return {&embedding_rows,    &attention_delta,    &column_partials, &block_partials,
+            &optimizer_tensors, &optimizer_partials, &rope_table};
+  }
 };
 
 struct GemmEngine;  // gemm.h: cuBLASLt handle, workspace and cached algorithms (or the cpu GEMM)

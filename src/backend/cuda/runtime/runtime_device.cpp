@@ -38,10 +38,7 @@ void open_context(CudaContext& cx, int device) {
 void close_context(CudaContext& cx) {
   if (!cx.stream) return;
   cudaStreamSynchronize(cx.stream);  // a destructor must not throw
-  for (DeviceBuffer* buffer :
-       {&cx.scratch.embedding_rows, &cx.scratch.attention_delta, &cx.scratch.column_partials,
-        &cx.scratch.block_partials, &cx.scratch.optimizer_tensors,
-        &cx.scratch.optimizer_partials, &cx.scratch.rope_table}) {
+  for (DeviceBuffer* buffer : cx.scratch.all()) {
     if (buffer->data) cudaFree(buffer->data);
     *buffer = {};
   }

@@ -27,10 +27,7 @@ void open_context(CudaContext& cx, int device) {
 void close_context(CudaContext& cx) {
   if (!cx.stream) return;
   simt::synchronize(cx.stream);  // a destructor must not throw: errors were reported before
-  for (DeviceBuffer* buffer :
-       {&cx.scratch.embedding_rows, &cx.scratch.attention_delta, &cx.scratch.column_partials,
-        &cx.scratch.block_partials, &cx.scratch.optimizer_tensors,
-        &cx.scratch.optimizer_partials, &cx.scratch.rope_table}) {
+  for (DeviceBuffer* buffer : cx.scratch.all()) {
     if (buffer->data) simt::device_free(buffer->data);
     *buffer = {};
   }
