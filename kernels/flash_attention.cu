@@ -4,16 +4,20 @@
 // mma.m16n8k16 (kernels/mma.cuh): bf16 operands, fp32 accumulation. attention.cu sends a call
 // here when flash_attention_serves() it; other head sizes stay on its SIMT kernels.
 //
-// Work split. Forward and dq: a block takes kRows = 64 queries of one (b, h), each of its 4
-// warps 16 of them; the block stages each tile of k and v (kKeyTile keys forward, kDqKeyTile
-// dq) in shared memory (bf16 rows padded by 8 elements, so the 8 row addresses of an ldmatrix
-// fall in different banks) and the warps read their B fragments from it with ldmatrix. dk, dv:
-// a block takes 64 keys, a warp 16, and the block stages tiles of kQueryTile queries of q and
-// dout with their lse and D. The block's own rows (q; q and dout; k and v) stay in shared
-// memory too, read with ldmatrix at each use. Tiles are double-buffered: cp.async
-// (kernels/async_copy.cuh) fetches the next while the warps multiply the current, one barrier
-// per tile.
-// Fragments (src/simt/warp_matrix.h): a lane holds rows g = lane/4 and g + 8 of its warp's 16,
+// Work split (WorkSplit below, one per kernel and head size). Forward and dq: a block takes
+// kBlockRows queries of one (b, h), each of its 4 warps kWarpRows of them (one or two m-tiles
+// of 16); the block stages each tile of kTile keys of k and v in shared memory (bf16 rows
+// padded by 8 elements, so the 8 row addresses of an ldmatrix fall in different banks) and
+// the warps read their B fragments from it with ldmatrix. dk, dv: a block takes kBlockRows
+// keys, a warp kWarpRows, and the block stages tiles of kTile queries of q and dout with their
+// lse and D. The block's own rows (q; q and dout; k and v) stay in shared memory too, read with
+// ldmatrix at each use. Tiles are double-buffered: cp.async (kernels/async_copy.cuh) fetches
+// the next while the warps multiply the current, one barrier per tile. Under a causal mask a
+// warp skips the tiles none of its rows sees. The split changes no bit of dq, dk or dv (each
+// element's terms meet the tensor cores 16 at a time in key or query order whatever the
+// tiles), and none of out or lse as long as the forward's kTile stays (its online softmax
+// rescales once per tile).
+// Fragments (src/simt/warp_matrix.h): a lane holds rows g = lane/4 and g + 8 of an m-tile's 16,
 // columns 2t and 2t + 1 (t = lane % 4) of every 8-column block; softmax statistics of a row are
 // reduced over the 4 lanes t = 0..3 that hold it.
 //
@@ -46,17 +50,33 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kRows = kWarps * 16;  // queries (forward, dq) or keys (dk, dv) of a block
-// Tile sizes. Every kernel keeps its A operand rows (q; q and dout; k and v) in shared memory
-// and reads them at each use rather than holding them as register fragments: fewer registers
-// per thread, so more resident warps to hide the latencies that bound these kernels. On sm_90
-// at HS 64: forward 126 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128:
-// 160 (3, a 32-key tile so that 3 blocks' shared memory fits), 168 (3), 238 (2). With A in
-// registers and 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64.
+
+// How a kernel cuts its work: each warp owns kWarpTiles m-tiles of 16 rows (queries in the
+// forward and dq, keys in dk/dv), so a block owns kBlockRows; the other side (keys, or queries)
+// is staged kTile rows at a time. With two m-tiles a warp multiplies each B fragment it loads
+// into both (half the ldmatrix per mma, twice the independent accumulators), for twice the
+// accumulator registers.
+// The kernels take a split as its two numbers, not as this type: nvcc's generated host stubs
+// spell a kernel's type arguments without their namespaces and then do not compile.
+template <int kWarpTilesOf, int kTileOf>
+struct WorkSplit {
+  static constexpr int kWarpTiles = kWarpTilesOf;
+  static constexpr int kWarpRows = 16 * kWarpTiles;
+  static constexpr int kBlockRows = kWarps * kWarpRows;
+  static constexpr int kTile = kTileOf;
+};
+// Every kernel keeps its A operand rows (q; q and dout; k and v) in shared memory and reads
+// them at each use rather than holding them as register fragments: fewer registers per thread,
+// so more resident warps to hide the latencies that bound these kernels. On sm_90 at HS 64:
+// forward 125 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128: 162 (3, a
+// 32-key tile so that 3 blocks' shared memory fits), 168 (3), 248 (2). With A in registers and
+// 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64.
 template <int kHeadSize>
-constexpr int kKeyTile = kHeadSize == 64 ? 64 : 32;  // keys of a staged tile (forward)
-constexpr int kDqKeyTile = 32;                       // keys of a staged tile (dq)
-constexpr int kQueryTile = 32;                       // queries of a staged tile (dk, dv)
+using ForwardSplit = WorkSplit<1, kHeadSize == 64 ? 64 : 32>;  // queries; keys a tile
+template <int kHeadSize>
+using QuerySplit = WorkSplit<1, 32>;  // dq: queries; keys a tile
+template <int kHeadSize>
+using KeySplit = WorkSplit<1, 32>;  // dk, dv: keys; queries a tile
 
 template <int kHeadSize>
 constexpr int kStride = kHeadSize + 8;  // row stride of a staged tile, bf16 elements
@@ -112,44 +132,58 @@ __device__ __forceinline__ void load_b_columns(FragmentB& first, FragmentB& seco
   first.r[0] = r[0], first.r[1] = r[1], second.r[0] = r[2], second.r[1] = r[3];
 }
 
-// acc[nb] += a·tileᵀ over the kN rows of `tile` (n) and kHeadSize columns (k), with a the
-// warp's 16 rows [a_row0, a_row0 + 16) of the staged `a_tile`, read at each k-step:
-// S = q·kᵀ, dP = dout·vᵀ and their transposes k·qᵀ, v·doutᵀ.
-template <int kHeadSize, int kN>
-__device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kN / 8], const bf16_t* a_tile,
+// acc[m][nb] += a_m·tileᵀ over the kN rows of `tile` (n) and kHeadSize columns (k), with a_m
+// the rows [a_row0 + 16m, a_row0 + 16m + 16) of the staged `a_tile`, read at each k-step:
+// S = q·kᵀ, dP = dout·vᵀ and their transposes k·qᵀ, v·doutᵀ. Each B fragment serves all kM
+// m-tiles.
+template <int kHeadSize, int kN, int kM>
+__device__ __forceinline__ void multiply_by_rows(FragmentC (&acc)[kM][kN / 8], const bf16_t* a_tile,
                                                  int a_row0, const bf16_t* tile) {
   COLLAGE_UNROLL
   for (int step = 0; step < kHeadSize / 16; step++) {
-    const FragmentA a = load_a<kHeadSize>(a_tile, a_row0, step);
+    FragmentA a[kM];
+    COLLAGE_UNROLL
+    for (int m = 0; m < kM; m++) a[m] = load_a<kHeadSize>(a_tile, a_row0 + 16 * m, step);
     COLLAGE_UNROLL
     for (int nb = 0; nb < kN / 8; nb += 2) {
       FragmentB first, second;
       load_b_rows<kHeadSize>(first, second, tile, nb * 8, step);
-      mma(acc[nb], a, first);
-      mma(acc[nb + 1], a, second);
+      COLLAGE_UNROLL
+      for (int m = 0; m < kM; m++) {
+        mma(acc[m][nb], a[m], first);
+        mma(acc[m][nb + 1], a[m], second);
+      }
     }
   }
 }
 
-// acc[nd] += rn(left) · tile over kK rows of `tile` (k) and kHeadSize columns (n), `left` the
-// (16, kK) fp32 accumulators rounded to bf16 A fragments: Z·v, dS·k, Zᵀ·dout, dSᵀ·q.
-template <int kHeadSize, int kK>
-__device__ __forceinline__ void multiply_rounded(FragmentC (&acc)[kHeadSize / 8],
-                                                 const FragmentC (&left)[kK / 8],
+// acc[m][nd] += rn(left[m]) · tile over kK rows of `tile` (k) and kHeadSize columns (n),
+// left[m] the (16, kK) fp32 accumulators of m-tile m rounded to bf16 A fragments: Z·v, dS·k,
+// Zᵀ·dout, dSᵀ·q. Each B fragment serves all kM m-tiles.
+template <int kHeadSize, int kK, int kM>
+__device__ __forceinline__ void multiply_rounded(FragmentC (&acc)[kM][kHeadSize / 8],
+                                                 const FragmentC (&left)[kM][kK / 8],
                                                  const bf16_t* tile) {
   COLLAGE_UNROLL
   for (int kk = 0; kk < kK / 16; kk++) {
-    FragmentA a;
-    a.r[0] = pack_bf16(left[2 * kk].v[0], left[2 * kk].v[1]);
-    a.r[1] = pack_bf16(left[2 * kk].v[2], left[2 * kk].v[3]);
-    a.r[2] = pack_bf16(left[2 * kk + 1].v[0], left[2 * kk + 1].v[1]);
-    a.r[3] = pack_bf16(left[2 * kk + 1].v[2], left[2 * kk + 1].v[3]);
+    FragmentA a[kM];
+    COLLAGE_UNROLL
+    for (int m = 0; m < kM; m++) {
+      const FragmentC *low = &left[m][2 * kk], *high = &left[m][2 * kk + 1];
+      a[m].r[0] = pack_bf16(low->v[0], low->v[1]);
+      a[m].r[1] = pack_bf16(low->v[2], low->v[3]);
+      a[m].r[2] = pack_bf16(high->v[0], high->v[1]);
+      a[m].r[3] = pack_bf16(high->v[2], high->v[3]);
+    }
     COLLAGE_UNROLL
     for (int nd = 0; nd < kHeadSize / 8; nd += 2) {
       FragmentB first, second;
       load_b_columns<kHeadSize>(first, second, tile, kk * 16, nd * 8);
-      mma(acc[nd], a, first);
-      mma(acc[nd + 1], a, second);
+      COLLAGE_UNROLL
+      for (int m = 0; m < kM; m++) {
+        mma(acc[m][nd], a[m], first);
+        mma(acc[m][nd + 1], a[m], second);
+      }
     }
   }
 }
@@ -242,118 +276,145 @@ __device__ __forceinline__ int block_index(bool causal) {
   return causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
 }
 
+// The first key past every query of a warp whose first row is `row0` (kWarpRows rows): under a
+// causal mask, a key tile starting there or later holds no key any of them sees, and the warp
+// skips it (without the test such a tile would only add zeros, or, in the forward, rescale by
+// e^0 computed with rounding).
+template <int kWarpRows>
+__device__ __forceinline__ int keys_seen_end(int row0, bool causal, int T) {
+  return causal ? min(T, row0 + kWarpRows) : T;
+}
+
 // out (B, T, C), lse (B, NH, T). Block (query block, h, b).
-template <int kHeadSize>
+template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv, const int32_t* key_mask,
                          bool causal, int T, int NH, float scale, AttentionDropout dropout) {
-  constexpr int kTile = kKeyTile<kHeadSize>, kDimBlocks = kHeadSize / 8, kKeyBlocks = kTile / 8;
+  using Split = WorkSplit<kWarpTiles, kTileRows>;
+  constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
+  constexpr int kDimBlocks = kHeadSize / 8, kKeyBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int q0 = block_index(causal) * kRows;
-  const int rows[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  const int q0 = block_index(causal) * Split::kBlockRows;
+  const int warp_row0 = warp * Split::kWarpRows;  // in the block
+  int rows[kM][2];  // this lane's queries: rows g and g + 8 of each m-tile
+  COLLAGE_UNROLL
+  for (int m = 0; m < kM; m++)
+    rows[m][0] = q0 + warp_row0 + 16 * m + lane / 4, rows[m][1] = rows[m][0] + 8;
   const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
 
-  // The block's q rows (kRows, kStride), staged once; then the key tiles.
+  // The block's q rows (kBlockRows, kStride), staged once; then the key tiles.
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
   bf16_t* q_rows = shared;
-  const TilePairs<kHeadSize, kTile> tiles{q_rows + kRows * kStride<kHeadSize>, head.k,
+  const TilePairs<kHeadSize, kTile> tiles{q_rows + Split::kBlockRows * kStride<kHeadSize>, head.k,
                                           head.row_stride, head.v, head.row_stride};
-  const int key_end = causal ? min(T, q0 + kRows) : T;  // keys any row of the block sees
-  stage_async<kHeadSize, kRows>(q_rows, head.q, head.row_stride, q0, T);
+  const int key_end = causal ? min(T, q0 + Split::kBlockRows) : T;  // keys any row sees
+  const int warp_key_end = keys_seen_end<Split::kWarpRows>(q0 + warp_row0, causal, T);
+  stage_async<kHeadSize, Split::kBlockRows>(q_rows, head.q, head.row_stride, q0, T);
   tiles.start(0, 0, T);  // the same commit group: the loop's first wait covers all
 
   const float scale_log2e = scale * kLog2e;
-  float running_max[2] = {kAttentionMinusInf, kAttentionMinusInf};  // of q·k, unscaled
-  float lane_sum[2] = {0.0f, 0.0f};  // this lane's share of Σ p, rescaled with the max
-  FragmentC o[kDimBlocks];
+  float running_max[kM][2], lane_sum[kM][2];  // of q·k, unscaled; this lane's share of Σ p
+  COLLAGE_UNROLL
+  for (int m = 0; m < kM; m++)
+    running_max[m][0] = running_max[m][1] = kAttentionMinusInf, lane_sum[m][0] = lane_sum[m][1] = 0;
+  FragmentC o[kM][kDimBlocks];
   for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kTile, buffer ^= 1) {
     tiles.next(k0, key_end, buffer, T);
+    if constexpr (Split::kTile < Split::kBlockRows) {  // else every warp sees every tile
+      if (k0 >= warp_key_end) continue;                // the same for every lane of the warp
+    }
     const bf16_t *k_tile = tiles.first(buffer), *v_tile = tiles.second(buffer);
-    FragmentC s[kKeyBlocks];
-    multiply_by_rows<kHeadSize, kTile>(s, q_rows, warp * 16, k_tile);
-    // Scores, -inf where hidden: only tiles that reach past T, past the warp's first row
-    // (causal) or under a key mask test each key.
-    const bool tile_masked =
-        key_ok != nullptr || k0 + kTile > T || (causal && k0 + kTile - 1 > rows[0] - lane / 4);
-    float tile_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
+    FragmentC s[kM][kKeyBlocks];
+    multiply_by_rows<kHeadSize, kTile, kM>(s, q_rows, warp_row0, k_tile);
     COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) {
-      COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const int r = e / 2, j = k0 + fragment_column(nb, e);
-        const bool visible =
-            !tile_masked || (j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j));
-        s[nb].v[e] = visible ? s[nb].v[e] : kAttentionMinusInf;  // q·k, scaled in the exponent
-        tile_max[r] = fmaxf(tile_max[r], s[nb].v[e]);
-      }
-    }
-    float new_max[2], correction[2], shift[2];
-    COLLAGE_UNROLL
-    for (int r = 0; r < 2; r++) {
-      new_max[r] = fmaxf(running_max[r], quad_max(tile_max[r]));
-      // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0
-      // instead of e^(-inf + inf) = NaN.
-      shift[r] = (new_max[r] == kAttentionMinusInf ? 0.0f : new_max[r]) * scale_log2e;
-      correction[r] = softmax_exp(running_max[r], scale_log2e, shift[r]);
-      running_max[r] = new_max[r];
-      lane_sum[r] *= correction[r];
-    }
-    // p = e^(scale·(q·k - m)) (0 where hidden) into the sum; then Z = p·F replaces S for Z·v.
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) {
-      COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const float p = softmax_exp(s[nb].v[e], scale_log2e, shift[e / 2]);
-        lane_sum[e / 2] += p;
-        s[nb].v[e] = p;
-      }
-    }
-    if (dropout.p != 0.0f) {
+    for (int m = 0; m < kM; m++) {
+      // Scores, -inf where hidden: only tiles that reach past T, past the m-tile's first row
+      // (causal) or under a key mask test each key.
+      const bool tile_masked =
+          key_ok != nullptr || k0 + kTile > T || (causal && k0 + kTile - 1 > rows[m][0] - lane / 4);
+      float tile_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
       COLLAGE_UNROLL
       for (int nb = 0; nb < kKeyBlocks; nb++) {
         COLLAGE_UNROLL
-        for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[r], columns j, j + 1
-          float &first = s[nb].v[2 * r], &second = s[nb].v[2 * r + 1];
-          if (first == 0.0f && second == 0.0f) continue;
-          const AttentionDropout::Pair f =
-              dropout_factor_pair(dropout, b, h, rows[r], k0 + fragment_column(nb, 0), T, NH);
-          first *= f.first;
-          second *= f.second;
+        for (int e = 0; e < 4; e++) {
+          const int r = e / 2, j = k0 + fragment_column(nb, e);
+          const bool visible =
+              !tile_masked || (j < T && (!causal || j <= rows[m][r]) && key_visible(key_ok, j));
+          s[m][nb].v[e] = visible ? s[m][nb].v[e] : kAttentionMinusInf;  // scaled in the exp
+          tile_max[r] = fmaxf(tile_max[r], s[m][nb].v[e]);
         }
       }
+      float correction[2], shift[2];
+      COLLAGE_UNROLL
+      for (int r = 0; r < 2; r++) {
+        const float new_max = fmaxf(running_max[m][r], quad_max(tile_max[r]));
+        // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0
+        // instead of e^(-inf + inf) = NaN.
+        shift[r] = (new_max == kAttentionMinusInf ? 0.0f : new_max) * scale_log2e;
+        correction[r] = softmax_exp(running_max[m][r], scale_log2e, shift[r]);
+        running_max[m][r] = new_max;
+        lane_sum[m][r] *= correction[r];
+      }
+      // p = e^(scale·(q·k - m)) (0 where hidden) into the sum; then Z = p·F replaces S for Z·v.
+      COLLAGE_UNROLL
+      for (int nb = 0; nb < kKeyBlocks; nb++) {
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const float p = softmax_exp(s[m][nb].v[e], scale_log2e, shift[e / 2]);
+          lane_sum[m][e / 2] += p;
+          s[m][nb].v[e] = p;
+        }
+      }
+      if (dropout.p != 0.0f) {
+        COLLAGE_UNROLL
+        for (int nb = 0; nb < kKeyBlocks; nb++) {
+          COLLAGE_UNROLL
+          for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[m][r], columns j, j + 1
+            float &first = s[m][nb].v[2 * r], &second = s[m][nb].v[2 * r + 1];
+            if (first == 0.0f && second == 0.0f) continue;
+            const AttentionDropout::Pair f =
+                dropout_factor_pair(dropout, b, h, rows[m][r], k0 + fragment_column(nb, 0), T, NH);
+            first *= f.first;
+            second *= f.second;
+          }
+        }
+      }
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks; nd++) {
+        o[m][nd].v[0] *= correction[0], o[m][nd].v[1] *= correction[0];
+        o[m][nd].v[2] *= correction[1], o[m][nd].v[3] *= correction[1];
+      }
     }
-    COLLAGE_UNROLL
-    for (int nd = 0; nd < kDimBlocks; nd++) {
-      o[nd].v[0] *= correction[0], o[nd].v[1] *= correction[0];
-      o[nd].v[2] *= correction[1], o[nd].v[3] *= correction[1];
-    }
-    multiply_rounded<kHeadSize, kTile>(o, s, v_tile);
+    multiply_rounded<kHeadSize, kTile, kM>(o, s, v_tile);
   }
 
   const int64_t C = head.C;
   COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) {
-    const float total = quad_sum(lane_sum[r]);
-    const int i = rows[r];
-    if (i >= T) continue;
-    const bool sees_any = running_max[r] != kAttentionMinusInf;
-    bf16_t* o_row = out + (int64_t(b) * T + i) * C + int64_t(h) * kHeadSize;
+  for (int m = 0; m < kM; m++) {
     COLLAGE_UNROLL
-    for (int nd = 0; nd < kDimBlocks; nd++) {
-      const int d = fragment_column(nd, 0);
-      o_row[d] = to_bf16(sees_any ? o[nd].v[2 * r] / total : 0.0f);
-      o_row[d + 1] = to_bf16(sees_any ? o[nd].v[2 * r + 1] / total : 0.0f);
+    for (int r = 0; r < 2; r++) {
+      const float total = quad_sum(lane_sum[m][r]);
+      const int i = rows[m][r];
+      if (i >= T) continue;
+      const bool sees_any = running_max[m][r] != kAttentionMinusInf;
+      bf16_t* o_row = out + (int64_t(b) * T + i) * C + int64_t(h) * kHeadSize;
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks; nd++) {
+        const int d = fragment_column(nd, 0);
+        o_row[d] = to_bf16(sees_any ? o[m][nd].v[2 * r] / total : 0.0f);
+        o_row[d + 1] = to_bf16(sees_any ? o[m][nd].v[2 * r + 1] / total : 0.0f);
+      }
+      if (lane % 4 == 0)
+        lse[(int64_t(b) * NH + h) * T + i] =
+            sees_any ? running_max[m][r] * scale + logf(total) : kAttentionMinusInf;
     }
-    if (lane % 4 == 0)
-      lse[(int64_t(b) * NH + h) * T + i] =
-          sees_any ? running_max[r] * scale + logf(total) : kAttentionMinusInf;
   }
 }
 
-// P and dP = F·(dout·vᵀ) of the staged key tile at k0 for the warp's 16 queries: s holds the
-// warp's q·kᵀ and dp its dout·vᵀ on entry, P and dP on return (0 where query i does not see j).
+// P and dP = F·(dout·vᵀ) of the staged key tile at k0 for 16 queries (an m-tile): s holds
+// their q·kᵀ and dp their dout·vᵀ on entry, P and dP on return (0 where query i does not see j).
 // `row_lse` is -inf for a query that saw no key (it sees none here either).
 template <int kKeyBlocks>
 __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
@@ -412,92 +473,193 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
 
 // dq part of dqkv (B, T, 3C) = scale·dS·k; delta (B, NH, T) = D. Block (query block, h, b).
 // out (B, T, C) is the forward's output.
-template <int kHeadSize>
+template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout, const bf16_t* out,
                                 const bf16_t* qkv, const float* lse, const int32_t* key_mask,
                                 bool causal, int T, int NH, float scale, AttentionDropout dropout) {
-  constexpr int kDimBlocks = kHeadSize / 8, kKeyBlocks = kDqKeyTile / 8;
+  using Split = WorkSplit<kWarpTiles, kTileRows>;
+  constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
+  constexpr int kDimBlocks = kHeadSize / 8, kKeyBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int q0 = block_index(causal) * kRows;
-  const int rows[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
+  const int q0 = block_index(causal) * Split::kBlockRows;
+  const int warp_row0 = warp * Split::kWarpRows;  // in the block
+  int rows[kM][2];  // this lane's queries: rows g and g + 8 of each m-tile
+  COLLAGE_UNROLL
+  for (int m = 0; m < kM; m++)
+    rows[m][0] = q0 + warp_row0 + 16 * m + lane / 4, rows[m][1] = rows[m][0] + 8;
   const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
   const int64_t C = head.C;
   const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
 
-  // The block's q and dout rows (kRows, kStride) each, staged once; then the key tiles.
+  // The block's q and dout rows (kBlockRows, kStride) each, staged once; then the key tiles.
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
   bf16_t* q_rows = shared;
-  bf16_t* dy_rows = q_rows + kRows * kStride<kHeadSize>;
-  const TilePairs<kHeadSize, kDqKeyTile> tiles{dy_rows + kRows * kStride<kHeadSize>, head.k,
-                                               head.row_stride, head.v, head.row_stride};
-  const int key_end = causal ? min(T, q0 + kRows) : T;
-  stage_async<kHeadSize, kRows>(q_rows, head.q, head.row_stride, q0, T);
-  stage_async<kHeadSize, kRows>(dy_rows, dout_head, C, q0, T);
+  bf16_t* dy_rows = q_rows + Split::kBlockRows * kStride<kHeadSize>;
+  const TilePairs<kHeadSize, kTile> tiles{dy_rows + Split::kBlockRows * kStride<kHeadSize>, head.k,
+                                          head.row_stride, head.v, head.row_stride};
+  const int key_end = causal ? min(T, q0 + Split::kBlockRows) : T;
+  const int warp_key_end = keys_seen_end<Split::kWarpRows>(q0 + warp_row0, causal, T);
+  stage_async<kHeadSize, Split::kBlockRows>(q_rows, head.q, head.row_stride, q0, T);
+  stage_async<kHeadSize, Split::kBlockRows>(dy_rows, dout_head, C, q0, T);
   tiles.start(0, 0, T);  // the same commit group: the loop's first wait covers all
-  float row_lse[2];
+  float row_lse[kM][2];
   COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) row_lse[r] = rows[r] < T ? lse_head[rows[r]] : kAttentionMinusInf;
+  for (int m = 0; m < kM; m++) {
+    COLLAGE_UNROLL
+    for (int r = 0; r < 2; r++)
+      row_lse[m][r] = rows[m][r] < T ? lse_head[rows[m][r]] : kAttentionMinusInf;
+  }
 
   // D_i = dout_i·out_i: each lane sums its quarter of the row (the columns of its fragments),
   // the quad adds the four shares.
   const bf16_t* out_head = out + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
-  float row_delta[2];
+  float row_delta[kM][2];
   COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) {
-    float share = 0.0f;
-    if (rows[r] < T) {
-      const bf16_t *dy_row = dout_head + rows[r] * C, *out_row = out_head + rows[r] * C;
-      COLLAGE_UNROLL
-      for (int d = 2 * (lane % 4); d < kHeadSize; d += 8)
-        share += to_float(dy_row[d]) * to_float(out_row[d]) +
-                 to_float(dy_row[d + 1]) * to_float(out_row[d + 1]);
+  for (int m = 0; m < kM; m++) {
+    COLLAGE_UNROLL
+    for (int r = 0; r < 2; r++) {
+      const int i = rows[m][r];
+      float share = 0.0f;
+      if (i < T) {
+        const bf16_t *dy_row = dout_head + i * C, *out_row = out_head + i * C;
+        COLLAGE_UNROLL
+        for (int d = 2 * (lane % 4); d < kHeadSize; d += 8)
+          share += to_float(dy_row[d]) * to_float(out_row[d]) +
+                   to_float(dy_row[d + 1]) * to_float(out_row[d + 1]);
+      }
+      row_delta[m][r] = quad_sum(share);
+      if (lane % 4 == 0 && i < T) delta[(int64_t(b) * NH + h) * T + i] = row_delta[m][r];
     }
-    row_delta[r] = quad_sum(share);
-    if (lane % 4 == 0 && rows[r] < T) delta[(int64_t(b) * NH + h) * T + rows[r]] = row_delta[r];
   }
 
   // dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j, P and dP recomputed per key tile.
-  FragmentC dq[kDimBlocks];
-  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kDqKeyTile, buffer ^= 1) {
+  FragmentC dq[kM][kDimBlocks];
+  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kTile, buffer ^= 1) {
     tiles.next(k0, key_end, buffer, T);
-    const bf16_t *k_tile = tiles.first(buffer), *v_tile = tiles.second(buffer);
-    FragmentC s[kKeyBlocks], dp[kKeyBlocks];
-    multiply_by_rows<kHeadSize, kDqKeyTile>(s, q_rows, warp * 16, k_tile);
-    multiply_by_rows<kHeadSize, kDqKeyTile>(dp, dy_rows, warp * 16, v_tile);
-    probabilities(s, dp, rows, row_lse, k0, b, h, key_ok, causal, T, NH, scale, dropout);
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) {  // dS = P (dP - D), into dp
-      COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] * (dp[nb].v[e] - row_delta[e / 2]);
+    if constexpr (Split::kTile < Split::kBlockRows) {  // else every warp sees every tile
+      if (k0 >= warp_key_end) continue;                // the same for every lane of the warp
     }
-    multiply_rounded<kHeadSize, kDqKeyTile>(dq, dp, k_tile);
+    const bf16_t *k_tile = tiles.first(buffer), *v_tile = tiles.second(buffer);
+    FragmentC s[kM][kKeyBlocks], dp[kM][kKeyBlocks];
+    multiply_by_rows<kHeadSize, kTile, kM>(s, q_rows, warp_row0, k_tile);
+    multiply_by_rows<kHeadSize, kTile, kM>(dp, dy_rows, warp_row0, v_tile);
+    COLLAGE_UNROLL
+    for (int m = 0; m < kM; m++) {
+      probabilities(s[m], dp[m], rows[m], row_lse[m], k0, b, h, key_ok, causal, T, NH, scale,
+                    dropout);
+      COLLAGE_UNROLL
+      for (int nb = 0; nb < kKeyBlocks; nb++) {  // dS = P (dP - D), into dp
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++)
+          dp[m][nb].v[e] = s[m][nb].v[e] * (dp[m][nb].v[e] - row_delta[m][e / 2]);
+      }
+    }
+    multiply_rounded<kHeadSize, kTile, kM>(dq, dp, k_tile);
   }
   COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) {
-    if (rows[r] >= T) continue;
-    bf16_t* dq_row = dqkv + head.offset + rows[r] * head.row_stride;
+  for (int m = 0; m < kM; m++) {
     COLLAGE_UNROLL
-    for (int nd = 0; nd < kDimBlocks; nd++)
-      write_pair(dq_row + fragment_column(nd, 0), scale, dq[nd].v[2 * r], dq[nd].v[2 * r + 1]);
+    for (int r = 0; r < 2; r++) {
+      if (rows[m][r] >= T) continue;
+      bf16_t* dq_row = dqkv + head.offset + rows[m][r] * head.row_stride;
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks; nd++)
+        write_pair(dq_row + fragment_column(nd, 0), scale, dq[m][nd].v[2 * r],
+                   dq[m][nd].v[2 * r + 1]);
+    }
+  }
+}
+
+// Zᵀ = (P·F)ᵀ into s and dSᵀ = (P (F·dZ - D))ᵀ into dp, for 16 keys (an m-tile) and the staged
+// query tile at i0: s holds their k·qᵀ and dp their v·doutᵀ on entry (0 where query i does not
+// see key j on return). row_lse holds lse·log2 e and row_delta D of the tile's queries.
+template <int kQueryBlocks>
+__device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks],
+                                                    FragmentC (&dp)[kQueryBlocks],
+                                                    const int (&keys)[2], const bool (&key_seen)[2],
+                                                    const float* row_lse, const float* row_delta,
+                                                    int i0, int b, int h, const int32_t* key_ok,
+                                                    bool causal, int T, int NH, float scale_log2e,
+                                                    const AttentionDropout& dropout) {
+  constexpr int kTile = kQueryBlocks * 8;
+  const int lane = int(threadIdx.x % kWarpSize);
+  // Queries before the m-tile's first key or past T, a key mask, or a query that saw nothing
+  // need the per-element test.
+  const bool tile_masked = !key_seen[0] || !key_seen[1] || key_ok != nullptr || i0 + kTile > T ||
+                           (causal && keys[1] - lane / 4 + 7 > i0);
+  // P. Masked tiles and the others in separate loops, as in probabilities().
+  if (tile_masked) {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kQueryBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, j = keys[r], ii = fragment_column(nb, e), i = i0 + ii;
+        const float lse_log2e = row_lse[ii];  // -inf only here (a key mask, past T)
+        const bool visible =
+            key_seen[r] && i < T && (!causal || j <= i) && lse_log2e != kAttentionMinusInf;
+        s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e) : 0.0f;
+      }
+    }
+  } else {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kQueryBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++)
+        s[nb].v[e] = softmax_exp(s[nb].v[e], scale_log2e, row_lse[fragment_column(nb, e)]);
+    }
+  }
+  // Z = P·F for dv; dS = P (F·dZ - D) for dk. Without dropout (F = 1) the second loop gives
+  // the first's values (x·1 = x exactly) without its branch around the dropout call and its
+  // predicated load of D, which nvcc kept for every element even at p = 0 (the H100 run's
+  // SASS: ~13 instructions an element; the PTX now has 4).
+  if (dropout.p != 0.0f) {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kQueryBlocks; nb++) {
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int ii = fragment_column(nb, e);
+        const float p = s[nb].v[e];
+        const float factor =
+            p != 0.0f ? dropout_factor(dropout, b, h, i0 + ii, keys[e / 2], T, NH) : 1.0f;
+        s[nb].v[e] = p * factor;
+        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - row_delta[ii]);
+      }
+    }
+  } else {
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kQueryBlocks; nb++) {
+      const int ii = fragment_column(nb, 0);  // the lane's queries ii and ii + 1 of the tile
+      const float delta[2] = {row_delta[ii], row_delta[ii + 1]};
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const float p = s[nb].v[e];
+        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] - delta[e % 2]);
+      }
+    }
   }
 }
 
 // dk, dv parts of dqkv (B, T, 3C) = scale·dSᵀ·q, Zᵀ·dout. Block (key block, h, b).
-template <int kHeadSize>
+template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
                               const float* delta, const int32_t* key_mask, bool causal, int T,
                               int NH, float scale, AttentionDropout dropout) {
-  constexpr int kDimBlocks = kHeadSize / 8;
-  constexpr int kTile = kQueryTile, kQueryBlocks = kTile / 8;
+  using Split = WorkSplit<kWarpTiles, kTileRows>;
+  constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
+  constexpr int kDimBlocks = kHeadSize / 8, kQueryBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int key0 = block_index(causal) * kRows;
-  const int keys[2] = {key0 + warp * 16 + lane / 4, key0 + warp * 16 + lane / 4 + 8};
+  const int key0 = block_index(causal) * Split::kBlockRows;
+  const int warp_row0 = warp * Split::kWarpRows;  // in the block
+  int keys[kM][2];  // this lane's keys: rows g and g + 8 of each m-tile
+  COLLAGE_UNROLL
+  for (int m = 0; m < kM; m++)
+    keys[m][0] = key0 + warp_row0 + 16 * m + lane / 4, keys[m][1] = keys[m][0] + 8;
   const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
   const int64_t C = head.C;
   const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
@@ -505,22 +667,25 @@ __global__ void __launch_bounds__(kThreads)
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
   const float* delta_head = delta + (int64_t(b) * NH + h) * T;
 
-  // Shared memory: the block's k and v rows (kRows, kStride) each, staged once; the query tiles
-  // of q and dout (TilePairs); then their lse (2, kTile) and D (2, kTile).
+  // Shared memory: the block's k and v rows (kBlockRows, kStride) each, staged once; the query
+  // tiles of q and dout (TilePairs); then their lse (2, kTile) and D (2, kTile).
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
   bf16_t* k_rows = shared;
-  bf16_t* v_rows = k_rows + kRows * kStride<kHeadSize>;
-  const TilePairs<kHeadSize, kTile> tiles{v_rows + kRows * kStride<kHeadSize>, head.q,
+  bf16_t* v_rows = k_rows + Split::kBlockRows * kStride<kHeadSize>;
+  const TilePairs<kHeadSize, kTile> tiles{v_rows + Split::kBlockRows * kStride<kHeadSize>, head.q,
                                           head.row_stride, dout_head, C};
   float* stats = reinterpret_cast<float*>(tiles.end());
   auto tile_lse = [&](int buffer) { return stats + buffer * kTile; };
   auto tile_delta = [&](int buffer) { return stats + (2 + buffer) * kTile; };
-  stage_async<kHeadSize, kRows>(k_rows, head.k, head.row_stride, key0, T);
-  stage_async<kHeadSize, kRows>(v_rows, head.v, head.row_stride, key0, T);
+  stage_async<kHeadSize, Split::kBlockRows>(k_rows, head.k, head.row_stride, key0, T);
+  stage_async<kHeadSize, Split::kBlockRows>(v_rows, head.v, head.row_stride, key0, T);
   // A hidden key is seen by no query: its gradients get nothing added.
-  bool key_seen[2];
+  bool key_seen[kM][2];
   COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) key_seen[r] = keys[r] < T && key_visible(key_ok, keys[r]);
+  for (int m = 0; m < kM; m++) {
+    COLLAGE_UNROLL
+    for (int r = 0; r < 2; r++) key_seen[m][r] = keys[m][r] < T && key_visible(key_ok, keys[m][r]);
+  }
 
   // Thread tid < kTile holds lse·log2 e and D of query i0 + tid (-inf and 0 past T), loaded a
   // tile ahead into registers and stored when the warps are done with the tile.
@@ -528,8 +693,11 @@ __global__ void __launch_bounds__(kThreads)
   auto delta_of = [&](int i) { return i < T ? delta_head[i] : 0.0f; };
 
   const float scale_log2e = scale * kLog2e;
-  FragmentC dk[kDimBlocks], dv[kDimBlocks];
+  FragmentC dk[kM][kDimBlocks], dv[kM][kDimBlocks];
   const int first_query = causal ? key0 : 0;  // queries before the block's first key see none
+  // Under a causal mask, a query tile that ends at or before the warp's first key holds no
+  // query that sees one of its keys: the warp skips it.
+  const int warp_first_query = causal ? key0 + warp_row0 : 0;
   const int tid = int(threadIdx.x);
   tiles.start(first_query, 0, T);  // the same commit group as k and v: the first wait covers all
   if (tid < kTile)
@@ -540,110 +708,85 @@ __global__ void __launch_bounds__(kThreads)
     float next_lse = kAttentionMinusInf, next_delta = 0.0f;
     if (more && tid < kTile)
       next_lse = lse_of(i0 + kTile + tid), next_delta = delta_of(i0 + kTile + tid);
-    const bf16_t *q_rows = tiles.first(buffer), *dy_rows = tiles.second(buffer);
-    const float *row_lse = tile_lse(buffer), *row_delta = tile_delta(buffer);
-    FragmentC s[kQueryBlocks], dp[kQueryBlocks];  // k·qᵀ and v·doutᵀ: (16 keys, kTile queries)
-    multiply_by_rows<kHeadSize, kTile>(s, k_rows, warp * 16, q_rows);
-    multiply_by_rows<kHeadSize, kTile>(dp, v_rows, warp * 16, dy_rows);
-    // Queries before the warp's first key or past T, a key mask, or a query that saw nothing
-    // need the per-element test.
-    const bool tile_masked = !key_seen[0] || !key_seen[1] || key_ok != nullptr || i0 + kTile > T ||
-                             (causal && keys[1] - lane / 4 + 7 > i0);
-    // P. Masked tiles and the others in separate loops, as in probabilities().
-    if (tile_masked) {
+    // Skipped by the whole warp (kTile < kBlockRows: else every warp sees every tile).
+    if (kTile >= Split::kBlockRows || i0 + kTile > warp_first_query) {
+      const bf16_t *q_rows = tiles.first(buffer), *dy_rows = tiles.second(buffer);
+      const float *row_lse = tile_lse(buffer), *row_delta = tile_delta(buffer);
+      FragmentC s[kM][kQueryBlocks], dp[kM][kQueryBlocks];  // k·qᵀ, v·doutᵀ: (16 keys, kTile)
+      multiply_by_rows<kHeadSize, kTile, kM>(s, k_rows, warp_row0, q_rows);
+      multiply_by_rows<kHeadSize, kTile, kM>(dp, v_rows, warp_row0, dy_rows);
       COLLAGE_UNROLL
-      for (int nb = 0; nb < kQueryBlocks; nb++) {
-        COLLAGE_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int r = e / 2, j = keys[r], ii = fragment_column(nb, e), i = i0 + ii;
-          const float lse_log2e = row_lse[ii];  // -inf only here (a key mask, past T)
-          const bool visible =
-              key_seen[r] && i < T && (!causal || j <= i) && lse_log2e != kAttentionMinusInf;
-          s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e) : 0.0f;
-        }
-      }
-    } else {
-      COLLAGE_UNROLL
-      for (int nb = 0; nb < kQueryBlocks; nb++) {
-        COLLAGE_UNROLL
-        for (int e = 0; e < 4; e++)
-          s[nb].v[e] = softmax_exp(s[nb].v[e], scale_log2e, row_lse[fragment_column(nb, e)]);
-      }
+      for (int m = 0; m < kM; m++)
+        transposed_z_and_ds(s[m], dp[m], keys[m], key_seen[m], row_lse, row_delta, i0, b, h, key_ok,
+                            causal, T, NH, scale_log2e, dropout);
+      multiply_rounded<kHeadSize, kTile, kM>(dv, s, dy_rows);
+      multiply_rounded<kHeadSize, kTile, kM>(dk, dp, q_rows);
     }
-    // Z = P·F for dv; dS = P (F·dZ - D) for dk. Without dropout (F = 1) the second loop gives
-    // the first's values (x·1 = x exactly) without its branch around the dropout call and its
-    // predicated load of D, which nvcc kept for every element even at p = 0 (the H100 run's
-    // SASS: ~13 instructions an element; the PTX now has 4).
-    if (dropout.p != 0.0f) {
-      COLLAGE_UNROLL
-      for (int nb = 0; nb < kQueryBlocks; nb++) {
-        COLLAGE_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int ii = fragment_column(nb, e);
-          const float p = s[nb].v[e];
-          const float factor =
-              p != 0.0f ? dropout_factor(dropout, b, h, i0 + ii, keys[e / 2], T, NH) : 1.0f;
-          s[nb].v[e] = p * factor;
-          dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - row_delta[ii]);
-        }
-      }
-    } else {
-      COLLAGE_UNROLL
-      for (int nb = 0; nb < kQueryBlocks; nb++) {
-        const int ii = fragment_column(nb, 0);  // the lane's queries ii and ii + 1 of the tile
-        const float delta[2] = {row_delta[ii], row_delta[ii + 1]};
-        COLLAGE_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const float p = s[nb].v[e];
-          dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] - delta[e % 2]);
-        }
-      }
-    }
-    multiply_rounded<kHeadSize, kTile>(dv, s, dy_rows);
-    multiply_rounded<kHeadSize, kTile>(dk, dp, q_rows);
     if (more && tid < kTile)
       tile_lse(buffer ^ 1)[tid] = next_lse, tile_delta(buffer ^ 1)[tid] = next_delta;
   }
   COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++) {
-    if (keys[r] >= T) continue;
-    bf16_t* dk_row = dqkv + head.offset + C + keys[r] * head.row_stride;
-    bf16_t* dv_row = dk_row + C;
+  for (int m = 0; m < kM; m++) {
     COLLAGE_UNROLL
-    for (int nd = 0; nd < kDimBlocks; nd++) {
-      const int d = fragment_column(nd, 0);
-      write_pair(dk_row + d, scale, dk[nd].v[2 * r], dk[nd].v[2 * r + 1]);
-      write_pair(dv_row + d, 1.0f, dv[nd].v[2 * r], dv[nd].v[2 * r + 1]);
+    for (int r = 0; r < 2; r++) {
+      if (keys[m][r] >= T) continue;
+      bf16_t* dk_row = dqkv + head.offset + C + keys[m][r] * head.row_stride;
+      bf16_t* dv_row = dk_row + C;
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks; nd++) {
+        const int d = fragment_column(nd, 0);
+        write_pair(dk_row + d, scale, dk[m][nd].v[2 * r], dk[m][nd].v[2 * r + 1]);
+        write_pair(dv_row + d, 1.0f, dv[m][nd].v[2 * r], dv[m][nd].v[2 * r + 1]);
+      }
     }
   }
 }
 
-// Two buffers of two tiles (TilePairs; the dk, dv kernel's query tiles with their lse and D),
-// after the block's own two (kRows, kStride) matrices in the backward kernels.
-size_t forward_shared_bytes(int HS) {
-  const int tile = HS == 64 ? kKeyTile<64> : kKeyTile<128>;
-  return (size_t(kRows) + 4 * size_t(tile)) * (HS + 8) * sizeof(bf16_t);
-}
-size_t backward_query_shared_bytes(int HS) {
-  return (2 * size_t(kRows) + 4 * size_t(kDqKeyTile)) * (HS + 8) * sizeof(bf16_t);
-}
-size_t backward_key_shared_bytes(int HS) {
-  return (2 * size_t(kRows) + 4 * size_t(kQueryTile)) * (HS + 8) * sizeof(bf16_t) +
-         4 * size_t(kQueryTile) * sizeof(float);
+// Shared memory: the block's own one (forward) or two (backward) (kBlockRows, kStride)
+// matrices, then two buffers of two tiles (TilePairs), and in dk, dv the tiles' lse and D.
+template <int kHeadSize, typename Split>
+size_t staged_bytes(int own_matrices) {
+  return (own_matrices * size_t(Split::kBlockRows) + 4 * size_t(Split::kTile)) *
+         kStride<kHeadSize> * sizeof(bf16_t);
 }
 
+template <typename Split>
 dim3 grid_of(int B, int T, int NH) {
-  return dim3(unsigned(ceil_div(T, kRows)), unsigned(NH), unsigned(B));
+  return dim3(unsigned(ceil_div(T, Split::kBlockRows)), unsigned(NH), unsigned(B));
 }
 
-template <int kHeadSize>
+template <int kHeadSize, typename Split = ForwardSplit<kHeadSize>>
 void forward_launch(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
                     const int32_t* key_mask, bool causal, int B, int T, int NH,
                     const AttentionDropout& dropout) {
   const float scale = 1.0f / std::sqrt(float(kHeadSize));  // as the cpu
-  launch(cx, "attention_forward", flash_forward_kernel<kHeadSize>, grid_of(B, T, NH),
-         dim3(kThreads),
-         forward_shared_bytes(kHeadSize))(out, lse, qkv, key_mask, causal, T, NH, scale, dropout);
+  launch(cx, "attention_forward", flash_forward_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
+         grid_of<Split>(B, T, NH), dim3(kThreads),
+         staged_bytes<kHeadSize, Split>(1))(out, lse, qkv, key_mask, causal, T, NH, scale, dropout);
+}
+
+template <int kHeadSize, typename Split = QuerySplit<kHeadSize>>
+void backward_query_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
+                           const bf16_t* out, const bf16_t* qkv, const float* lse,
+                           const int32_t* key_mask, bool causal, int B, int T, int NH,
+                           const AttentionDropout& dropout) {
+  const float scale = 1.0f / std::sqrt(float(kHeadSize));
+  launch(cx, "attention_backward (dq)",
+         flash_backward_query_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
+         grid_of<Split>(B, T, NH), dim3(kThreads), staged_bytes<kHeadSize, Split>(2))(
+      dqkv, delta, dout, out, qkv, lse, key_mask, causal, T, NH, scale, dropout);
+}
+
+template <int kHeadSize, typename Split = KeySplit<kHeadSize>>
+void backward_key_launch(CudaContext& cx, bf16_t* dqkv, const float* delta, const bf16_t* dout,
+                         const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
+                         int B, int T, int NH, const AttentionDropout& dropout) {
+  const float scale = 1.0f / std::sqrt(float(kHeadSize));
+  const size_t stats_bytes = 4 * size_t(Split::kTile) * sizeof(float);  // lse, D: 2 buffers
+  launch(cx, "attention_backward (dk, dv)",
+         flash_backward_key_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
+         grid_of<Split>(B, T, NH), dim3(kThreads), staged_bytes<kHeadSize, Split>(2) + stats_bytes)(
+      dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout);
 }
 
 template <int kHeadSize>
@@ -651,13 +794,10 @@ void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* 
                      const bf16_t* out, const bf16_t* qkv, const float* lse,
                      const int32_t* key_mask, bool causal, int B, int T, int NH,
                      const AttentionDropout& dropout) {
-  const float scale = 1.0f / std::sqrt(float(kHeadSize));
-  launch(cx, "attention_backward (dq)", flash_backward_query_kernel<kHeadSize>, grid_of(B, T, NH),
-         dim3(kThreads), backward_query_shared_bytes(kHeadSize))(
-      dqkv, delta, dout, out, qkv, lse, key_mask, causal, T, NH, scale, dropout);
-  launch(cx, "attention_backward (dk, dv)", flash_backward_key_kernel<kHeadSize>, grid_of(B, T, NH),
-         dim3(kThreads), backward_key_shared_bytes(kHeadSize))(
-      dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout);
+  backward_query_launch<kHeadSize>(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH,
+                                   dropout);
+  backward_key_launch<kHeadSize>(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH,
+                                 dropout);
 }
 
 }  // namespace
