@@ -433,10 +433,11 @@ constexpr const char* kCountingNote =
     "backward 5 (q·kᵀ recomputed, dv = Pᵀ·dout, dP = dout·vᵀ, dq = dS·k, dk = dSᵀ·q), "
     "the softmax's exponentials not counted. Head sizes 64 and 128 are priced at the "
     "tensor-core peak (kernels/flash_attention.cu), other head sizes at the fp32 peak (the "
-    "SIMT kernels of kernels/attention.cu). Both do more: the backward recomputes the "
-    "probabilities in both its query-major passes (D = Σ P·dP, then dq) and again in its "
-    "key-major pass (dk, dv), q·kᵀ and dout·vᵀ three times each: 9 GEMM-equivalents instead "
-    "of 5 (9/5 of the row's time when compute-bound), and it does not read `out`.\n";
+    "SIMT kernels of kernels/attention.cu). Both do more: the tensor-core backward "
+    "recomputes q·kᵀ and dout·vᵀ in its query-major pass (dq) and again in its key-major "
+    "pass (dk, dv), 7 GEMM-equivalents instead of 5 (7/5 of the row's time when "
+    "compute-bound); the SIMT backward also sums D = Σ P·dP in a first query-major pass, 9, "
+    "and does not read `out`.\n";
 
 }  // namespace
 
