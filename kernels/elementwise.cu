@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "kernels/column_sums.cuh"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
 
@@ -136,6 +137,56 @@ void map(CudaContext& cx, const char* op, Out* out, F f, int64_t n, const In*...
       out, f, n, vector_groups, in...);
 }
 
+// The backward of a GELU whose input is a matmul's output with a bias, over (N, C): dinp =
+// f(inp, dout) as map_kernel writes it, and stage 1 of that bias's gradient Σ_rows dinp
+// (kernels/column_sums.cuh) from the dinp values just rounded, so that matmul_backward need not
+// read dinp again. Block (row chunk of kColumnChunkRows, tile of kGroup·blockDim columns); a
+// thread takes kGroup adjacent columns, walks the chunk's rows in order and sums each column
+// in fp32 from 0, the terms and order of column_partials_kernel: the same partials, so the
+// same bias gradient bits. Needs C % kGroup == 0 and 16-byte aligned rows.
+template <typename F>
+__global__ void map_rows_with_column_sums_kernel(bf16_t* dinp, float* partials, F f, int64_t N,
+                                                 int C, const bf16_t* inp, const bf16_t* dout) {
+  const int c0 = (int(blockIdx.y) * blockDim.x + threadIdx.x) * kGroup;
+  if (c0 >= C) return;
+  const int64_t chunk = blockIdx.x;
+  const int64_t row_begin = chunk * kColumnChunkRows;
+  const int64_t row_end = row_begin + kColumnChunkRows < N ? row_begin + kColumnChunkRows : N;
+  float sums[kGroup] = {};
+  for (int64_t row = row_begin; row < row_end; row++) {
+    const int64_t i = row * C + c0;
+    const Group x = load_group(inp + i), dy = load_group(dout + i);
+    Packed128<bf16_t> out;
+    for (int k = 0; k < kGroup; k += 2)
+      to_bf16_pair(out.values[k], out.values[k + 1], f(x.values[k], dy.values[k]),
+                   f(x.values[k + 1], dy.values[k + 1]));
+    store128(dinp + i, out);
+    for (int k = 0; k < kGroup; k++) sums[k] += to_float(out.values[k]);
+  }
+  for (int k = 0; k < kGroup; k++) partials[chunk * C + c0 + k] = sums[k];
+}
+
+constexpr int kColumnGroupThreads = 128;  // 1024 columns a block: 3 tiles at C = 3072
+
+// dinp (N, C) = f(inp, dout); dbias (C) += Σ_rows dinp. One pass over the rows where the shape
+// allows, else the elementwise map and the column sums (the same bits either way).
+template <typename F>
+void map_with_bias_grad(CudaContext& cx, const char* op, bf16_t* dinp, bf16_t* dbias, F f,
+                        int64_t N, int C, const bf16_t* inp, const bf16_t* dout) {
+  if (N == 0 || C == 0) return;
+  if (C % kGroup != 0 || !aligned16(dinp, inp, dout)) {
+    map(cx, op, dinp, f, N * C, inp, dout);
+    bias_backward(cx, dbias, dinp, N, C);
+    return;
+  }
+  const int tiles = int(ceil_div(C, kGroup * kColumnGroupThreads));
+  float* partials = column_partials(cx, 1, N, C);
+  launch(cx, op, map_rows_with_column_sums_kernel<F>,
+         dim3(unsigned(column_chunks(N)), unsigned(tiles)),
+         dim3(kColumnGroupThreads))(dinp, partials, f, N, C, inp, dout);
+  column_totals(cx, op, partials, N, C, dbias);
+}
+
 }  // namespace
 
 void gelu_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n) {
@@ -146,6 +197,15 @@ void gelu_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_
                    int64_t n) {
   if (!dinp) return;  // null gradient: not computed
   map(cx, "gelu_backward", dinp, GeluBackward{}, n, inp, dout);
+}
+
+void gelu_backward_bias(CudaContext& cx, bf16_t* dinp, bf16_t* dbias, const bf16_t* inp,
+                        const bf16_t* dout, int64_t N, int C, bool exact) {
+  // Called by the backend with dinp and dbias non-null (Backend::gelu_backward_bias).
+  if (exact)
+    return map_with_bias_grad(cx, "gelu_erf_backward", dinp, dbias, GeluErfBackward{}, N, C, inp,
+                              dout);
+  map_with_bias_grad(cx, "gelu_backward", dinp, dbias, GeluBackward{}, N, C, inp, dout);
 }
 
 // erff and tanhf: glibc's under the emulator (the cpu's bits), CUDA's on a GPU, which may

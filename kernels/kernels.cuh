@@ -45,6 +45,10 @@ void bias_backward(CudaContext& cx, bf16_t* dbias, const bf16_t* dout, int64_t N
 // ---- elementwise.cu ----
 void gelu_forward(CudaContext& cx, bf16_t* out, const bf16_t* inp, int64_t n);
 void gelu_backward(CudaContext& cx, bf16_t* dinp, const bf16_t* inp, const bf16_t* dout, int64_t n);
+// gelu_backward (exact: gelu_erf_backward) over (N, C), and dbias (C) += Σ_rows dinp in one pass
+// (backend.h, gelu_backward_bias).
+void gelu_backward_bias(CudaContext& cx, bf16_t* dinp, bf16_t* dbias, const bf16_t* inp,
+                        const bf16_t* dout, int64_t N, int C, bool exact);
 void add(CudaContext& cx, bf16_t* out, const bf16_t* a, const bf16_t* b, int64_t n);
 void accumulate(CudaContext& cx, bf16_t* dst, const bf16_t* src, int64_t n);
 void scale(CudaContext& cx, bf16_t* x, float factor, int64_t n);

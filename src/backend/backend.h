@@ -144,6 +144,15 @@ class BackendT {
     contract::elementwise_backward("gelu_backward", n, dinp, {inp, dout}),
         do_gelu_backward(dinp, inp, dout, n);
   }
+  // gelu_backward (exact: gelu_erf_backward) over (N, C) rows, and dbias (C) += Σ_rows dinp,
+  // the column sums of the dinp it wrote, as matmul_backward forms a bias gradient: for a GELU
+  // whose input is a matmul's output with a bias, that bias's gradient without a second read
+  // of dinp. The same bits as the two ops one after the other; dbias null: the GELU's alone.
+  void gelu_backward_bias(Storage* dinp, Storage* dbias, const Storage* inp, const Storage* dout,
+                          int64_t N, int C, bool exact) {
+    contract::gelu_backward_bias(dinp, inp, dout, N, C, dbias);
+    do_gelu_backward_bias(dinp, dbias, inp, dout, N, C, exact);
+  }
   // out = a + b
   void add(Storage* out, const Storage* a, const Storage* b, int64_t n) {
     contract::elementwise("add", n, {out, a, b});
@@ -371,6 +380,16 @@ class BackendT {
   virtual void do_gelu_forward(Storage* out, const Storage* inp, int64_t n) = 0;
   virtual void do_gelu_backward(Storage* dinp, const Storage* inp, const Storage* dout,
                                 int64_t n) = 0;
+  // The two ops; matmul_backward forms only dbias (C = 0: it needs no input features).
+  virtual void do_gelu_backward_bias(Storage* dinp, Storage* dbias, const Storage* inp,
+                                     const Storage* dout, int64_t N, int C, bool exact) {
+    if (exact) {
+      gelu_erf_backward(dinp, inp, dout, N * C);
+    } else {
+      gelu_backward(dinp, inp, dout, N * C);
+    }
+    if (dbias) matmul_backward(nullptr, nullptr, dbias, dinp, nullptr, nullptr, N, 0, C);
+  }
   virtual void do_add(Storage* out, const Storage* a, const Storage* b, int64_t n) = 0;
   virtual void do_accumulate(Storage* dst, const Storage* src, int64_t n) = 0;
   virtual void do_gelu_erf_forward(Storage* out, const Storage* inp, int64_t n) = 0;

@@ -155,6 +155,14 @@ void elementwise_backward(const char* op, int64_t n, Tensor dinp,
   for (Tensor in : inputs) call.require(n == 0 || !dinp || in, "an input is null (n = {})", n);
 }
 
+void gelu_backward_bias(Tensor dinp, Tensor inp, Tensor dout, int64_t N, int C, Tensor dbias) {
+  const Call call("gelu_backward_bias");
+  call.rows(N, "N"), call.at_least(C, 0, "C");
+  const bool work = N > 0 && C > 0 && dinp;
+  call.set(inp, "inp", work), call.set(dout, "dout", work);
+  call.require(!dbias || dinp, "dbias is formed from dinp, which is null");
+}
+
 void dropout(const char* op, int64_t n, float p, Tensor out, Tensor in, bool backward) {
   const Call call(op);
   call.probability(p);

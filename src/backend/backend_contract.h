@@ -52,6 +52,9 @@ void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Ten
 void elementwise(const char* op, int64_t n, std::initializer_list<Tensor> tensors);
 void elementwise_backward(const char* op, int64_t n, Tensor dinp,
                           std::initializer_list<Tensor> inputs);
+// gelu_backward_bias over (N, C): N, C >= 0; with elements and dinp set, inp and dout set;
+// dbias (formed from dinp) needs dinp.
+void gelu_backward_bias(Tensor dinp, Tensor inp, Tensor dout, int64_t N, int C, Tensor dbias);
 void dropout(const char* op, int64_t n, float p, Tensor out, Tensor in, bool backward);
 
 void attention(const char* op, Tensor out, const float* lse, Tensor qkv, int B, int T, int NH,

@@ -409,9 +409,9 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
     all_reduce_tp(a.dmlm_ln, int64_t{M} * C);  // the decoder is column-parallel (vocab rows)
     be.layernorm_backward(a.ddense_gelu, g.mlm_ln_w, g.mlm_ln_b, a.dmlm_ln, a.dense_gelu,
                           w.mlm_ln_w, a.mlm_mean, a.mlm_rstd, M, C);
-    be.gelu_erf_backward(a.ddense, a.dense, a.ddense_gelu, int64_t{M} * C);
-    be.matmul_backward(a.dpicked, g.mlm_dense_w, g.mlm_dense_b, a.ddense, a.picked, w.mlm_dense_w,
-                       M, C, C);
+    be.gelu_backward_bias(a.ddense, g.mlm_dense_b, a.dense, a.ddense_gelu, M, C, /*exact=*/true);
+    be.matmul_backward(a.dpicked, g.mlm_dense_w, nullptr, a.ddense, a.picked, w.mlm_dense_w, M, C,
+                       C);
     be.scatter_add_rows(a.dx, a.dpicked, a.mlm_rows, M, C);
   }
   if (nsp_) {
@@ -436,8 +436,9 @@ void BertT<Storage>::backward(float dloss_mlm, float dloss_nsp) {
                           la.ln2_rstd, N, C);
     dropout_backward(a.dbranch, a.dres, N * C, config_.hidden_dropout, 3 * l + 3);
     be.matmul_backward(a.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dbranch, la.fch_gelu, lw.fc2_w, N, Fl, C);
-    be.gelu_erf_backward(a.dfch, la.fch, a.dfch_gelu, N * Fl);
-    be.matmul_backward(a.dln, lg.fc1_w, lg.fc1_b, a.dfch, la.ln1, lw.fc1_w, N, C, Fl);
+    // fc1's bias gradient (Σ_rows dfch) with the GELU's backward, in its pass over the rows.
+    be.gelu_backward_bias(a.dfch, lg.fc1_b, la.fch, a.dfch_gelu, N, Fl, /*exact=*/true);
+    be.matmul_backward(a.dln, lg.fc1_w, nullptr, a.dfch, la.ln1, lw.fc1_w, N, C, Fl);
     all_reduce_tp(a.dln, N * C);          // fc1 is column-parallel
     be.accumulate(a.dln, a.dres, N * C);  // the residual path
     // ln1 = LN1(res1), res1 = x_in + dropout(proj(attention(qkv(x_in))))

@@ -215,8 +215,9 @@ void GptT<Storage>::backward(float dloss) {
     // MLP branch
     be.matmul_backward(d.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dresidual, la.fch_gelu, lw.fc2_w, N, Fl,
                        C);
-    be.gelu_backward(d.dfch, la.fch, d.dfch_gelu, N * Fl);
-    be.matmul_backward(d.dln2, lg.fc1_w, lg.fc1_b, d.dfch, la.ln2, lw.fc1_w, N, C, Fl);
+    // fc1's bias gradient (Σ_rows dfch) with the GELU's backward, in its pass over the rows.
+    be.gelu_backward_bias(d.dfch, lg.fc1_b, la.fch, d.dfch_gelu, N, Fl, /*exact=*/false);
+    be.matmul_backward(d.dln2, lg.fc1_w, nullptr, d.dfch, la.ln2, lw.fc1_w, N, C, Fl);
     all_reduce_tp(d.dln2, N * C);  // fc1 is column-parallel
     be.layernorm_backward(a.dresidual, lg.ln2_w, lg.ln2_b, d.dln2, la.residual2, lw.ln2_w,
                           la.ln2_mean, la.ln2_rstd, N, C);

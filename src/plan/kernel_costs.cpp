@@ -261,8 +261,11 @@ void add_backward(KernelCostRows& k) {
   k.matmul_backward("head", 1, C, Vp, false);
   k.layernorm_backward("ln_f", 1);
   k.matmul_backward("fc2", L, F, C, true);
-  k.add("gelu_backward", KP::backward, L, 3 * N * F * kBf16, kGeluBackwardFlops * N * F);
-  k.matmul_backward("fc1", L, C, F, true);
+  // inp, dout read, dinp written; fc1's bias gradient (its column sums, one add an element)
+  // read and written: matmul_backward fc1 leaves it to this pass.
+  k.add("gelu_backward_bias fc1", KP::backward, L, (3 * N * F + 2 * F) * kBf16,
+        (kGeluBackwardFlops + 1) * N * F);
+  k.matmul_backward("fc1", L, C, F, false);
   k.layernorm_backward("ln_2", L);
   k.matmul_backward("proj", L, C, C, true);
   // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv written.

@@ -80,6 +80,10 @@ std::vector<Case> cases() {
        [](Backend& b, const Memory& m) { b.gelu_forward(m.s, m.s, -1); }},
       {"gelu_backward", "gelu_backward: an input is null (n = 4)",
        [](Backend& b, const Memory& m) { b.gelu_backward(m.s, m.s, nullptr, 4); }},
+      {"gelu_backward_bias", "gelu_backward_bias: dbias is formed from dinp, which is null",
+       [](Backend& b, const Memory& m) {
+         b.gelu_backward_bias(nullptr, m.s, m.s, m.s, 4, 8, false);
+       }},
       {"add", "add: a tensor is null (n = 4)",
        [](Backend& b, const Memory& m) { b.add(m.s, m.s, nullptr, 4); }},
       {"accumulate", "accumulate: n = -3 must be >= 0",
@@ -219,6 +223,7 @@ TEST(Contract, NullGradientNeedsNothing) {
   for (Backend* backend : {cpu.get(), emulated.get()}) {
     SCOPED_TRACE(backend->name());
     EXPECT_NO_THROW(backend->gelu_backward(nullptr, nullptr, nullptr, 4));
+    EXPECT_NO_THROW(backend->gelu_backward_bias(nullptr, nullptr, nullptr, nullptr, 4, 8, true));
     EXPECT_NO_THROW(backend->dropout_backward(nullptr, nullptr, 4, 0.5f, 0, 0));
     EXPECT_NO_THROW(backend->scatter_add_rows(nullptr, nullptr, nullptr, 4, 8));
     EXPECT_NO_THROW(backend->layernorm_backward(nullptr, nullptr, nullptr, nullptr, nullptr,

@@ -50,6 +50,52 @@ TEST(CudaElementwise, GeluBackwardWritesTheCpuBits) {
   }
 }
 
+// gelu_backward_bias: dinp and the bias gradient in one pass over the rows (one launch for
+// both plus the column totals) must give exactly what gelu_backward (or gelu_erf_backward) and
+// then matmul_backward's dbias give on the same backend, and dinp the cpu's bits. Shapes: row
+// counts around the 32-row chunks of the column sums, column counts on both sides of a
+// 1024-column block, one not a multiple of 8 (the unfused path), and offset 1 (unaligned: the
+// unfused path too); dbias starts nonzero (it accumulates).
+TEST(CudaElementwise, GeluBackwardBiasIsTheGeluThenTheBiasGradient) {
+  BackendPair pair;
+  Rng rng(16);
+  const std::pair<int64_t, int> shapes[] = {{1, 8},     {31, 16},   {33, 24},
+                                            {70, 1032}, {64, 3072}, {45, 20}};
+  for (const bool exact : {false, true}) {
+    for (const auto& [N, C] : shapes) {
+      for (int offset : kOffsets) {
+        const std::string what =
+            label(exact ? "gelu_erf_backward_bias" : "gelu_backward_bias", N * C, offset) +
+            " C=" + std::to_string(C);
+        const Mirrored<bf16> inp(pair, activation_inputs(rng, N * C, offset));
+        const Mirrored<bf16> dout(pair, padded_values(rng, N * C, offset));
+        const std::vector<bf16> dinp_start = padded_values(rng, N * C, offset);  // written over
+        const std::vector<bf16> dbias_start = padded_values(rng, C, 0, 4.0);
+        const Mirrored<bf16> fused_dinp(pair, dinp_start), fused_dbias(pair, dbias_start);
+        const Mirrored<bf16> two_dinp(pair, dinp_start), two_dbias(pair, dbias_start);
+        Backend& gpu = *pair.emulated;
+        gpu.gelu_backward_bias(fused_dinp.emulated() + offset, fused_dbias.emulated(),
+                               inp.emulated() + offset, dout.emulated() + offset, N, C, exact);
+        if (exact) {
+          gpu.gelu_erf_backward(two_dinp.emulated() + offset, inp.emulated() + offset,
+                                dout.emulated() + offset, N * C);
+        } else {
+          gpu.gelu_backward(two_dinp.emulated() + offset, inp.emulated() + offset,
+                            dout.emulated() + offset, N * C);
+        }
+        gpu.matmul_backward(nullptr, nullptr, two_dbias.emulated(), two_dinp.emulated() + offset,
+                            nullptr, nullptr, N, 0, C);
+        expect_same_bits(fused_dinp.from_emulated(), two_dinp.from_emulated(), what + " dinp");
+        expect_same_bits(fused_dbias.from_emulated(), two_dbias.from_emulated(), what + " dbias");
+        // and dinp as the cpu writes it
+        pair.cpu->gelu_backward_bias(fused_dinp.cpu() + offset, fused_dbias.cpu(),
+                                     inp.cpu() + offset, dout.cpu() + offset, N, C, exact);
+        expect_same_bits(fused_dinp.from_emulated(), fused_dinp.from_cpu(), what + " vs cpu");
+      }
+    }
+  }
+}
+
 TEST(CudaElementwise, AddAndAccumulateMatchCpuBits) {
   BackendPair pair;
   Rng rng(13);

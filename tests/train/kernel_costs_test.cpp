@@ -181,6 +181,10 @@ class CountingBackend : public Backend {
     inner_->cross_entropy_shard_backward(dlogits, logits, targets, lse, N, V, Vl, vocab_begin,
                                          dloss);
   }
+  void do_gelu_backward_bias(bf16* dinp, bf16* db, const bf16* inp, const bf16* dout, int64_t N,
+                             int C, bool exact) override {
+    calls["gelu_backward_bias"]++, inner_->gelu_backward_bias(dinp, db, inp, dout, N, C, exact);
+  }
   void do_gelu_erf_forward(bf16* out, const bf16* inp, int64_t n) override {
     calls["gelu_erf_forward"]++, inner_->gelu_erf_forward(out, inp, n);
   }

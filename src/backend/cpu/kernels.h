@@ -30,6 +30,11 @@ template <typename S>
 void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                      const S* weight, int64_t N, int C, int OC);
 
+// dbias (OC) += Σ_rows dout (N, OC), each column summed in fp32 in row order, one rounding
+// (matmul_backward's bias gradient).
+template <typename S>
+void bias_backward(CpuContext& cx, S* dbias, const S* dout, int64_t N, int OC);
+
 template <typename S>
 void gelu_forward(CpuContext& cx, S* out, const S* inp, int64_t n);
 template <typename S>

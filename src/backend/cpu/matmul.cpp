@@ -46,10 +46,12 @@ ConstView read_matrix(CpuContext& cx, const S* src, int64_t rows, int C, Scratch
   }
 }
 
+}  // namespace
+
 // dbias (OC) += the column sums of dout (N, OC), each summed in fp32 in row order (as the
 // tiled path sums them) and rounded once.
 template <typename S>
-void add_column_sums(CpuContext& cx, S* dbias, const S* dout, int64_t N, int OC) {
+void bias_backward(CpuContext& cx, S* dbias, const S* dout, int64_t N, int OC) {
   constexpr int kChunk = 64;
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int c0 = 0; c0 < OC; c0 += kChunk) {
@@ -63,8 +65,6 @@ void add_column_sums(CpuContext& cx, S* dbias, const S* dout, int64_t N, int OC)
     for (int c = 0; c < n; c++) store(dbias[c0 + c], load(dbias[c0 + c]) + sum[c]);
   }
 }
-
-}  // namespace
 
 template <typename S>
 void matmul_forward(CpuContext& cx, S* out, const S* inp, const S* weight, const S* bias, int64_t N,
@@ -107,7 +107,7 @@ void matmul_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* dou
                      const S* weight, int64_t N, int C, int OC) {
   if (OC == 0 || (!dinp && !dweight && !dbias)) return;
   if (cx.onednn) {
-    if (dbias) add_column_sums(cx, dbias, dout, N, OC);
+    if (dbias) bias_backward(cx, dbias, dout, N, OC);
     if (dweight)  // dweight (OC, C) += doutᵀ (OC, N) · inp (N, C)
       cx.onednn->matmul<S>(OC, C, N, {dout, 1, OC}, {inp, C, 1}, nullptr, {dweight, C, 1},
                            /*accumulate=*/true);
@@ -185,6 +185,8 @@ template void matmul_forward(CpuContext&, bf16*, const bf16*, const bf16*, const
                              int, int);
 template void matmul_forward(CpuContext&, float*, const float*, const float*, const float*, int64_t,
                              int, int);
+template void bias_backward(CpuContext&, bf16*, const bf16*, int64_t, int);
+template void bias_backward(CpuContext&, float*, const float*, int64_t, int);
 template void matmul_backward(CpuContext&, bf16*, bf16*, bf16*, const bf16*, const bf16*,
                               const bf16*, int64_t, int, int);
 template void matmul_backward(CpuContext&, float*, float*, float*, const float*, const float*,

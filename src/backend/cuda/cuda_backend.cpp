@@ -151,6 +151,16 @@ class CudaBackend final : public Backend {
   void do_gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) override {
     cuda::gelu_backward(cx_, dev(dinp), dev(inp), dev(dout), n);
   }
+  // One pass over the rows for dinp and the bias gradient's column partials (elementwise.cu).
+  void do_gelu_backward_bias(bf16* dinp, bf16* dbias, const bf16* inp, const bf16* dout, int64_t N,
+                             int C, bool exact) override {
+    if (!dinp) return;  // null gradient: not computed (nor, then, dbias)
+    if (!dbias) {
+      if (exact) return cuda::gelu_erf_backward(cx_, dev(dinp), dev(inp), dev(dout), N * C);
+      return cuda::gelu_backward(cx_, dev(dinp), dev(inp), dev(dout), N * C);
+    }
+    cuda::gelu_backward_bias(cx_, dev(dinp), dev(dbias), dev(inp), dev(dout), N, C, exact);
+  }
   void do_add(bf16* out, const bf16* a, const bf16* b, int64_t n) override {
     cuda::add(cx_, dev(out), dev(a), dev(b), n);
   }
