@@ -35,9 +35,10 @@ void layernorm_forward(CudaContext& cx, bf16_t* out, float* mean, float* rstd, c
 void residual_layernorm_forward(CudaContext& cx, bf16_t* residual, bf16_t* out, float* mean,
                                 float* rstd, const bf16_t* a, const bf16_t* b, const bf16_t* weight,
                                 const bf16_t* bias, int64_t N, int C, float eps);
+// dinp_sums (null: none) += Σ_rows dinp after the add (backend.h, layernorm_backward).
 void layernorm_backward(CudaContext& cx, bf16_t* dinp, bf16_t* dweight, bf16_t* dbias,
                         const bf16_t* dout, const bf16_t* inp, const bf16_t* weight,
-                        const float* mean, const float* rstd, int64_t N, int C);
+                        const float* mean, const float* rstd, int64_t N, int C, bf16_t* dinp_sums);
 
 // ---- bias.cu: dbias (OC) += Σ_rows dout (N, OC), deterministic ----
 void bias_backward(CudaContext& cx, bf16_t* dbias, const bf16_t* dout, int64_t N, int OC);

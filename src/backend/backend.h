@@ -112,12 +112,17 @@ class BackendT {
     do_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
   }
   // dinp (N, C) += the input's gradient (added, not written: in the models dinp is the
-  // residual stream's gradient); dweight, dbias (C) += their gradients.
+  // residual stream's gradient); dweight, dbias (C) += their gradients. dinp_sums (C), if not
+  // null, += Σ_rows dinp after the add, summed as matmul_backward sums a bias gradient: the
+  // bias gradient of a matmul whose output's gradient dinp now is (the GPT's residual stream
+  // after a layernorm backward is the gradient of the proj or fc2 output below it), formed
+  // from the rows just written instead of a second read.
   void layernorm_backward(Storage* dinp, Storage* dweight, Storage* dbias, const Storage* dout,
                           const Storage* inp, const Storage* weight, const float* mean,
-                          const float* rstd, int64_t N, int C) {
-    contract::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-    do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                          const float* rstd, int64_t N, int C, Storage* dinp_sums = nullptr) {
+    contract::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                 dinp_sums);
+    do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dinp_sums);
   }
 
   // ---- matmul: out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC); bias may be null
@@ -371,7 +376,8 @@ class BackendT {
   }
   virtual void do_layernorm_backward(Storage* dinp, Storage* dweight, Storage* dbias,
                                      const Storage* dout, const Storage* inp, const Storage* weight,
-                                     const float* mean, const float* rstd, int64_t N, int C) = 0;
+                                     const float* mean, const float* rstd, int64_t N, int C,
+                                     Storage* dinp_sums) = 0;
   virtual void do_matmul_forward(Storage* out, const Storage* inp, const Storage* weight,
                                  const Storage* bias, int64_t N, int C, int OC) = 0;
   virtual void do_matmul_backward(Storage* dinp, Storage* dweight, Storage* dbias,

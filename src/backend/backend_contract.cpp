@@ -116,9 +116,11 @@ void residual_layernorm_forward(Tensor residual, Tensor out, Tensor a, Tensor b,
 }
 
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C) {
+                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C,
+                        Tensor dinp_sums) {
   const Call call("layernorm_backward");
   layernorm_shape(call, N, C);
+  call.require(!dinp_sums || dinp, "dinp_sums is formed from dinp, which is null");
   const bool work = N > 0 && (dinp || dweight || dbias);
   call.set(dout, "dout", work), call.set(inp, "inp", work);
   call.set(mean, "mean", work), call.set(rstd, "rstd", work);

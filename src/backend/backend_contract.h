@@ -40,7 +40,8 @@ void layernorm_forward(Tensor out, Tensor inp, Tensor weight, int64_t N, int C, 
 void residual_layernorm_forward(Tensor residual, Tensor out, Tensor a, Tensor b, Tensor weight,
                                 int64_t N, int C, float eps);
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C);
+                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C,
+                        Tensor dinp_sums);
 
 void matmul_forward(Tensor out, Tensor inp, Tensor weight, int64_t N, int C, int OC);
 void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,

@@ -202,8 +202,12 @@ void GptT<Storage>::backward(float dloss) {
   all_reduce_tp(a.dlnf, N * C);  // the head is column-parallel: its input's gradient sums
   const Storage* x_last = a.layers.back().residual3;
   be.zero(a.dresidual, size_t(N) * C * sizeof(Storage));
+  // Each layernorm backward also forms, from the dresidual rows it has just written, the bias
+  // gradient of the row-parallel matmul whose output's gradient that dresidual is (Σ_rows
+  // dresidual; backend.h): ln_f's and each ln_1's the fc2 bias of the layer below, each ln_2's
+  // the proj bias of its layer. Those matmul_backward calls then leave their bias out.
   be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dlnf, x_last, w.lnf_w, a.lnf_mean,
-                        a.lnf_rstd, N, C);
+                        a.lnf_rstd, N, C, g.layers.back().fc2_b);
 
   // dresidual holds the gradient of the current layer's output; both residual adds pass it
   // through unchanged, and each layernorm backward adds its branch's share into it.
@@ -213,16 +217,16 @@ void GptT<Storage>::backward(float dloss) {
     const GptLayerActivations<Storage>& la = a.layers[l];
     const Storage* x = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     // MLP branch
-    be.matmul_backward(d.dfch_gelu, lg.fc2_w, lg.fc2_b, a.dresidual, la.fch_gelu, lw.fc2_w, N, Fl,
-                       C);
+    be.matmul_backward(d.dfch_gelu, lg.fc2_w, nullptr, a.dresidual, la.fch_gelu, lw.fc2_w, N, Fl,
+                       C);  // fc2's bias: by the layernorm backward above
     // fc1's bias gradient (Σ_rows dfch) with the GELU's backward, in its pass over the rows.
     be.gelu_backward_bias(d.dfch, lg.fc1_b, la.fch, d.dfch_gelu, N, Fl, /*exact=*/false);
     be.matmul_backward(d.dln2, lg.fc1_w, nullptr, d.dfch, la.ln2, lw.fc1_w, N, C, Fl);
     all_reduce_tp(d.dln2, N * C);  // fc1 is column-parallel
     be.layernorm_backward(a.dresidual, lg.ln2_w, lg.ln2_b, d.dln2, la.residual2, lw.ln2_w,
-                          la.ln2_mean, la.ln2_rstd, N, C);
+                          la.ln2_mean, la.ln2_rstd, N, C, lg.proj_b);
     // attention branch
-    be.matmul_backward(d.datty, lg.proj_w, lg.proj_b, a.dresidual, la.atty, lw.proj_w, N, Cl, C);
+    be.matmul_backward(d.datty, lg.proj_w, nullptr, a.dresidual, la.atty, lw.proj_w, N, Cl, C);
     const Storage* attention_in = rope_ ? la.qkv_rope : la.qkv;
     Storage* dattention_in = rope_ ? d.dqkv_rope : d.dqkv;
     be.attention_backward(dattention_in, d.datty, la.atty, attention_in, la.att_lse, nullptr, true,
@@ -231,7 +235,7 @@ void GptT<Storage>::backward(float dloss) {
     be.matmul_backward(d.dln1, lg.qkv_w, lg.qkv_b, d.dqkv, la.ln1, lw.qkv_w, N, C, C3);
     all_reduce_tp(d.dln1, N * C);  // QKV is column-parallel
     be.layernorm_backward(a.dresidual, lg.ln1_w, lg.ln1_b, d.dln1, x, lw.ln1_w, la.ln1_mean,
-                          la.ln1_rstd, N, C);
+                          la.ln1_rstd, N, C, l > 0 ? g.layers[l - 1].fc2_b : nullptr);
   }
   be.embedding_backward(g.wte, g.wpe, a.dresidual, a.tokens, B, T, C, vocab_begin_, vocab_end_);
 }

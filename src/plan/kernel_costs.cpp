@@ -201,11 +201,13 @@ struct KernelCostRows {
         (N * OC + N * K + OC * K + N * K + 2 * OC * K + (bias ? 2 * OC : 0)) * kBf16,
         4 * N * K * OC, true);
   }
-  // layernorm_backward: dout, inp, weight, mean, rstd read; dinp, dweight, dbias accumulate.
-  void layernorm_backward(const std::string& name, int64_t calls) {
+  // layernorm_backward: dout, inp, weight, mean, rstd read; dinp, dweight, dbias accumulate;
+  // with `matmul_bias`, also the bias gradient of the matmul below (Σ_rows dinp, accumulated).
+  void layernorm_backward(const std::string& name, int64_t calls, bool matmul_bias) {
     add("layernorm_backward " + name, KernelPhase::backward, calls,
-        (N * C + N * C + C + 2 * N * C + 4 * C) * kBf16 + layernorm_stats,
-        kLayernormBackwardFlops * N * C);
+        (N * C + N * C + C + 2 * N * C + 4 * C + (matmul_bias ? 2 * C : 0)) * kBf16 +
+            layernorm_stats,
+        (kLayernormBackwardFlops + (matmul_bias ? 1 : 0)) * N * C);
   }
 };
 
@@ -259,15 +261,17 @@ void add_backward(KernelCostRows& k) {
   k.add("cross_entropy_shard_backward", KP::backward, 1,
         N * V * kBf16 + N * Vp * kBf16 + N * kI32 + N * kF32, kCrossEntropyBackwardFlops * N * V);
   k.matmul_backward("head", 1, C, Vp, false);
-  k.layernorm_backward("ln_f", 1);
-  k.matmul_backward("fc2", L, F, C, true);
+  // Each layernorm backward but layer 0's ln_1 also forms the bias gradient of the matmul
+  // below it (fc2's or proj's; src/model/gpt.cpp), which matmul_backward then leaves out.
+  k.layernorm_backward("ln_f (+ fc2 bias of the last layer)", 1, true);
+  k.matmul_backward("fc2", L, F, C, false);
   // inp, dout read, dinp written; fc1's bias gradient (its column sums, one add an element)
   // read and written: matmul_backward fc1 leaves it to this pass.
   k.add("gelu_backward_bias fc1", KP::backward, L, (3 * N * F + 2 * F) * kBf16,
         (kGeluBackwardFlops + 1) * N * F);
   k.matmul_backward("fc1", L, C, F, false);
-  k.layernorm_backward("ln_2", L);
-  k.matmul_backward("proj", L, C, C, true);
+  k.layernorm_backward("ln_2 (+ proj bias)", L, true);
+  k.matmul_backward("proj", L, C, C, false);
   // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv written.
   k.add("attention_backward", KP::backward, L,
         (N * C + N * C + N * 3 * C + N * 3 * C) * kBf16 + N * NH * kF32, 5 * k.attention_gemm,
@@ -277,7 +281,8 @@ void add_backward(KernelCostRows& k) {
           kRopeBackwardFlops * N * 2 * C);
   }
   k.matmul_backward("qkv", L, C, 3 * C, true);
-  k.layernorm_backward("ln_1", L);
+  if (L > 1) k.layernorm_backward("ln_1 (+ fc2 bias of the layer below)", L - 1, true);
+  k.layernorm_backward("ln_1 of layer 0", 1, false);
   // dout and tokens read; the touched dwte rows (and dwpe) read and written; each row's
   // gradients are summed in fp32 and added once (N·C adds for dwte, N·C for dwpe).
   k.add("embedding_backward", KP::backward, 1,

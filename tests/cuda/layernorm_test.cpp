@@ -312,6 +312,50 @@ TEST(CudaLayernorm, BackwardAccumulatesLikeCpu) {
   worst.print("layernorm_backward", false);
 }
 
+// dinp_sums: the bias gradient formed from the dinp rows the backward has just written must be
+// exactly what matmul_backward's dbias gives from them afterwards, on the same backend, with
+// dinp, dweight and dbias unchanged; on the 128-bit and the scalar path (C = 100), over one
+// chunk of rows and several.
+TEST(CudaLayernorm, BackwardSumsOfDinpAreTheBiasGradientsBits) {
+  BackendPair pair;
+  Rng rng(25);
+  for (int C : kColumns) {
+    for (int64_t N : {int64_t(1), int64_t(33), int64_t(100)}) {
+      const std::string what = shape("layernorm_backward dinp_sums", N, C);
+      const size_t n = size_t(N * C);
+      const std::vector<bf16> x = random_values<bf16>(rng, n, 2.0),
+                              dy = random_values<bf16>(rng, n);
+      const std::vector<bf16> weight = random_values<bf16>(rng, size_t(C));
+      std::vector<float> mean(N), rstd(N);
+      for (int64_t row = 0; row < N; row++)
+        mean[row] = float(rng.normal()) * 0.1f, rstd[row] = float(rng.uniform(0.5, 2.0));
+      const std::vector<bf16> dx0 = random_values<bf16>(rng, n);
+      const std::vector<bf16> dw0 = random_values<bf16>(rng, size_t(C)),
+                              db0 = random_values<bf16>(rng, size_t(C)),
+                              ds0 = random_values<bf16>(rng, size_t(C));
+      const Mirrored<bf16> inp(pair, x), dout(pair, dy), w(pair, weight);
+      const Mirrored<float> m(pair, mean), s(pair, rstd);
+      const Mirrored<bf16> fused_dinp(pair, dx0), fused_dw(pair, dw0), fused_db(pair, db0),
+          fused_sums(pair, ds0);
+      const Mirrored<bf16> two_dinp(pair, dx0), two_dw(pair, dw0), two_db(pair, db0),
+          two_sums(pair, ds0);
+      Backend& gpu = *pair.emulated;
+      gpu.layernorm_backward(fused_dinp.emulated(), fused_dw.emulated(), fused_db.emulated(),
+                             dout.emulated(), inp.emulated(), w.emulated(), m.emulated(),
+                             s.emulated(), N, C, fused_sums.emulated());
+      gpu.layernorm_backward(two_dinp.emulated(), two_dw.emulated(), two_db.emulated(),
+                             dout.emulated(), inp.emulated(), w.emulated(), m.emulated(),
+                             s.emulated(), N, C);
+      gpu.matmul_backward(nullptr, nullptr, two_sums.emulated(), two_dinp.emulated(), nullptr,
+                          nullptr, N, 1, C);
+      expect_same_bits(fused_dinp.from_emulated(), two_dinp.from_emulated(), what + " dinp");
+      expect_same_bits(fused_dw.from_emulated(), two_dw.from_emulated(), what + " dweight");
+      expect_same_bits(fused_db.from_emulated(), two_db.from_emulated(), what + " dbias");
+      expect_same_bits(fused_sums.from_emulated(), two_sums.from_emulated(), what + " dinp_sums");
+    }
+  }
+}
+
 // bias_backward through matmul_backward with only dbias wanted (no GEMM runs then). N = 1000:
 // 32 row chunks, more than the totals' 16 slices, so each slice adds two chunks.
 TEST(CudaBias, BackwardAccumulatesColumnSumsLikeCpu) {

@@ -56,7 +56,7 @@ class RecordingBackend final : public Backend {
     unused();
   }
   void do_layernorm_backward(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*,
-                             const float*, const float*, int64_t, int) override {
+                             const float*, const float*, int64_t, int, bf16*) override {
     unused();
   }
   void do_matmul_forward(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int, int) override {

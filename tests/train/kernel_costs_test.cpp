@@ -104,10 +104,10 @@ class CountingBackend : public Backend {
     inner_->residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C, eps);
   }
   void do_layernorm_backward(bf16* dinp, bf16* dw, bf16* db, const bf16* dout, const bf16* inp,
-                             const bf16* w, const float* mean, const float* rstd, int64_t N,
-                             int C) override {
+                             const bf16* w, const float* mean, const float* rstd, int64_t N, int C,
+                             bf16* dinp_sums) override {
     calls["layernorm_backward"]++;
-    inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, dinp_sums);
   }
   void do_matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* b, int64_t N, int C,
                          int OC) override {

@@ -98,9 +98,10 @@ class CpuBackend final : public BackendT<S> {
   }
   void do_layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                              const S* weight, const float* mean, const float* rstd, int64_t N,
-                             int C) override {
+                             int C, S* dinp_sums) override {
     const auto timed = profile_.time(OpFamily::layernorm);
     cpu::layernorm_backward(cx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    if (dinp_sums) cpu::bias_backward(cx_, dinp_sums, static_cast<const S*>(dinp), N, C);
   }
 
   void do_matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int64_t N, int C,

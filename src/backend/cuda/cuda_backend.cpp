@@ -103,9 +103,9 @@ class CudaBackend final : public Backend {
   }
   void do_layernorm_backward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
                              const bf16* inp, const bf16* weight, const float* mean,
-                             const float* rstd, int64_t N, int C) override {
+                             const float* rstd, int64_t N, int C, bf16* dinp_sums) override {
     cuda::layernorm_backward(cx_, dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp),
-                             dev(weight), mean, rstd, N, C);
+                             dev(weight), mean, rstd, N, C, dev(dinp_sums));
   }
 
   // out (N, OC) = inp (N, C) · weight (OC, C)ᵀ + bias: one GEMM, the bias as its epilogue.
