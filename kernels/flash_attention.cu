@@ -68,7 +68,7 @@ struct WorkSplit {
 // Every kernel keeps its A operand rows (q; q and dout; k and v) in shared memory and reads
 // them at each use rather than holding them as register fragments: fewer registers per thread,
 // so more resident warps to hide the latencies that bound these kernels. On sm_90 at HS 64:
-// forward 125 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128: 162 (3, a
+// forward 125 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128: 160 (3, a
 // 32-key tile so that 3 blocks' shared memory fits), 168 (3), 248 (2). With A in registers and
 // 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64. Two m-tiles a warp
 // (FlashAttention-2's 32-row warps) take 202-244 registers at HS 64 (2-3 blocks), 230-244 at
@@ -278,6 +278,15 @@ __device__ __forceinline__ int block_index(bool causal) {
   return causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
 }
 
+// The rows this lane holds in each of a warp's kM m-tiles (fragment rows g and g + 8), the
+// warp's first row being `first`: queries in the forward and dq, keys in dk/dv.
+template <int kM>
+__device__ __forceinline__ void lane_rows(int (&rows)[kM][2], int first) {
+  const int g = int(threadIdx.x % kWarpSize) / 4;
+  COLLAGE_UNROLL
+  for (int m = 0; m < kM; m++) rows[m][0] = first + 16 * m + g, rows[m][1] = rows[m][0] + 8;
+}
+
 // The first key past every query of a warp whose first row is `row0` (kWarpRows rows): under a
 // causal mask, a key tile starting there or later holds no key any of them sees, and the warp
 // skips it (without the test such a tile would only add zeros, or, in the forward, rescale by
@@ -299,10 +308,8 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.y, b = blockIdx.z;
   const int q0 = block_index(causal) * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
-  int rows[kM][2];  // this lane's queries: rows g and g + 8 of each m-tile
-  COLLAGE_UNROLL
-  for (int m = 0; m < kM; m++)
-    rows[m][0] = q0 + warp_row0 + 16 * m + lane / 4, rows[m][1] = rows[m][0] + 8;
+  int rows[kM][2];                                // this lane's queries
+  lane_rows(rows, q0 + warp_row0);
   const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
 
@@ -487,10 +494,8 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.y, b = blockIdx.z;
   const int q0 = block_index(causal) * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
-  int rows[kM][2];  // this lane's queries: rows g and g + 8 of each m-tile
-  COLLAGE_UNROLL
-  for (int m = 0; m < kM; m++)
-    rows[m][0] = q0 + warp_row0 + 16 * m + lane / 4, rows[m][1] = rows[m][0] + 8;
+  int rows[kM][2];                                // this lane's queries
+  lane_rows(rows, q0 + warp_row0);
   const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
   const int64_t C = head.C;
   const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
@@ -654,14 +659,12 @@ __global__ void __launch_bounds__(kThreads)
   using Split = WorkSplit<kWarpTiles, kTileRows>;
   constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
   constexpr int kDimBlocks = kHeadSize / 8, kQueryBlocks = kTile / 8;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
   const int key0 = block_index(causal) * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
-  int keys[kM][2];  // this lane's keys: rows g and g + 8 of each m-tile
-  COLLAGE_UNROLL
-  for (int m = 0; m < kM; m++)
-    keys[m][0] = key0 + warp_row0 + 16 * m + lane / 4, keys[m][1] = keys[m][0] + 8;
+  int keys[kM][2];                                // this lane's keys
+  lane_rows(keys, key0 + warp_row0);
   const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
   const int64_t C = head.C;
   const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
