@@ -115,21 +115,22 @@ __device__ __forceinline__ void dinp_row(bf16_t* dinp, const bf16_t* dout, const
 }
 
 // The column sums of the parameter gradients: [0] dout·x̂ (dweight), [1] dout (dbias), and
-// [2] dinp after the add (dinp_sums: the terms of bias.cu's BiasTerms, so the same bits).
+// with kDinpSums [2] dinp after the add (dinp_sums: the terms of bias.cu's BiasTerms, so the
+// same bits).
+template <bool kDinpSums>
 struct LayernormTerms {
-  static constexpr int kSums = 3;
+  static constexpr int kSums = kDinpSums ? 3 : 2;
   const bf16_t* dout;  // (N, C)
   const bf16_t* inp;   // (N, C)
   const float* mean;   // (N)
   const float* rstd;   // (N)
-  const bf16_t* dinp;  // (N, C), read only when `with_dinp`
+  const bf16_t* dinp;  // (N, C), read with kDinpSums only
   int C;
-  bool with_dinp;
   __device__ void operator()(int64_t row, int c, float* sums) const {
     const float d = to_float(dout[row * C + c]);
     sums[0] += d * (to_float(inp[row * C + c]) - mean[row]) * rstd[row];
     sums[1] += d;
-    if (with_dinp) sums[2] += to_float(dinp[row * C + c]);
+    if constexpr (kDinpSums) sums[2] += to_float(dinp[row * C + c]);
   }
 };
 
@@ -138,24 +139,49 @@ struct LayernormTerms {
 //  1. if dinp is not null, a warp per row: with x̂ = (x - mean)·rstd and g = dout·weight,
 //       dinp += rstd·(g - mean(g) - x̂·mean(g·x̂));
 //  2. if partials is not null, the chunk's column sums of dout·x̂ and dout, and with
-//     `with_dinp` of the dinp rows part 1 has just written, a thread per column (column_sums's
+//     kDinpSums of the dinp rows part 1 has just written, a thread per column (column_sums's
 //     stage 1, the same sums in the same order), from the rows part 1 has just read or written:
 //     from L2 rather than DRAM. Stage 2 is column_totals.
 // It was a dinp kernel and column_sums's two: at GPT-2 124M, 16 × 1024, the second read of
 // dout and x was 50 MB a layernorm, ~0.4 ms over the step's 25 (predicted, not measured).
 constexpr int kBackwardThreads = kColumnChunkRows * kWarpSize;  // a warp per row of the chunk
-template <int W>
+template <int W, bool kDinpSums>
 __global__ void __launch_bounds__(kBackwardThreads)
     layernorm_backward_kernel(bf16_t* dinp, float* partials, const bf16_t* dout, const bf16_t* inp,
                               const bf16_t* weight, const float* mean, const float* rstd, int64_t N,
-                              int C, bool with_dinp) {
+                              int C) {
   const int64_t chunk = blockIdx.x;
   const int64_t row = chunk * kColumnChunkRows + threadIdx.x / kWarpSize;  // this warp's
   if (dinp && row < N) dinp_row<W>(dinp, dout, inp, weight, mean, rstd, row, C);
   if (!partials) return;
-  if (with_dinp) __syncthreads();  // every warp's dinp row written (and visible to the block)
-  chunk_column_partials(partials, LayernormTerms{dout, inp, mean, rstd, dinp, C, with_dinp}, chunk,
+  if constexpr (kDinpSums) __syncthreads();  // every warp's dinp row written, visible to all
+  chunk_column_partials(partials, LayernormTerms<kDinpSums>{dout, inp, mean, rstd, dinp, C}, chunk,
                         gridDim.x, N, C, int(threadIdx.x), kBackwardThreads);
+}
+
+// The kernel and its column totals, with or without dinp's sums.
+template <bool kDinpSums>
+void backward(CudaContext& cx, bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+              const bf16_t* inp, const bf16_t* weight, const float* mean, const float* rstd,
+              int64_t N, int C, bf16_t* dinp_sums) {
+  const char* op = "layernorm_backward";
+  const bool sums = dweight || dbias || kDinpSums;
+  float* partials = sums ? column_partials(cx, LayernormTerms<kDinpSums>::kSums, N, C) : nullptr;
+  const dim3 grid(unsigned(column_chunks(N))), block(kBackwardThreads);
+  if (C % Packed128<bf16_t>::size == 0 && aligned16(dout, inp, weight) &&
+      (!dinp || aligned16(dinp))) {
+    launch(cx, op, layernorm_backward_kernel<Packed128<bf16_t>::size, kDinpSums>, grid, block)(
+        dinp, partials, dout, inp, weight, mean, rstd, N, C);
+  } else {
+    launch(cx, op, layernorm_backward_kernel<1, kDinpSums>, grid, block)(dinp, partials, dout, inp,
+                                                                         weight, mean, rstd, N, C);
+  }
+  if (!sums) return;
+  if constexpr (kDinpSums) {
+    column_totals(cx, op, partials, N, C, dweight, dbias, dinp_sums);
+  } else {
+    column_totals(cx, op, partials, N, C, dweight, dbias);
+  }
 }
 
 template <bool kResidual>
@@ -193,21 +219,11 @@ void residual_layernorm_forward(CudaContext& cx, bf16_t* residual, bf16_t* out, 
 void layernorm_backward(CudaContext& cx, bf16_t* dinp, bf16_t* dweight, bf16_t* dbias,
                         const bf16_t* dout, const bf16_t* inp, const bf16_t* weight,
                         const float* mean, const float* rstd, int64_t N, int C, bf16_t* dinp_sums) {
-  const char* op = "layernorm_backward";
   if (N == 0 || C == 0 || (!dinp && !dweight && !dbias)) return;  // nothing to compute
-  const bool with_dinp = dinp_sums != nullptr;  // the contract made sure dinp is set then
-  const bool sums = dweight || dbias || with_dinp;
-  float* partials = sums ? column_partials(cx, LayernormTerms::kSums, N, C) : nullptr;
-  const dim3 grid(unsigned(column_chunks(N))), block(kBackwardThreads);
-  if (C % Packed128<bf16_t>::size == 0 && aligned16(dout, inp, weight) &&
-      (!dinp || aligned16(dinp))) {
-    launch(cx, op, layernorm_backward_kernel<Packed128<bf16_t>::size>, grid, block)(
-        dinp, partials, dout, inp, weight, mean, rstd, N, C, with_dinp);
-  } else {
-    launch(cx, op, layernorm_backward_kernel<1>, grid, block)(dinp, partials, dout, inp, weight,
-                                                              mean, rstd, N, C, with_dinp);
-  }
-  if (sums) column_totals(cx, op, partials, N, C, dweight, dbias, dinp_sums);
+  // The contract made sure dinp is set when dinp_sums is.
+  if (dinp_sums)
+    return backward<true>(cx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dinp_sums);
+  backward<false>(cx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, nullptr);
 }
 
 COLLAGE_CUDA_VARIANT_END
