@@ -45,6 +45,7 @@
 
 #include "backend/cuda/runtime/runtime.h"
 #include "kernels/attention.cuh"
+#include "kernels/column_sums.cuh"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
 
@@ -493,25 +494,12 @@ void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const b
   }
 }
 
-// `out` is read only by the tensor-core kernels, for D_i = dout_i·out_i.
-void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const bf16_t* out,
-                        const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
-                        int B, int T, int NH, int HS) {
-  attention_backward_dropout(cx, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS, 0.0f, 0,
-                             0);
-}
+namespace {
 
-void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout,
-                                const bf16_t* out, const bf16_t* qkv, const float* lse,
-                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
-                                float p, uint64_t seed, uint64_t offset) {
-  const Dropout dropout = make_dropout(p, seed, offset);
-  if (!dqkv) return;  // null gradient: not computed
-  check_shape(cx, "attention_backward", B, T, NH, HS);
-  float* delta = scratch<float>(cx, cx.scratch.attention_delta, size_t(B) * NH * T);  // (B, NH, T)
-  if (tensor_cores_enabled() && flash_attention_serves(HS, qkv, dout) && aligned16(dqkv))
-    return flash_attention_backward(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T,
-                                    NH, HS, dropout);
+// The SIMT kernels' backward (any head size).
+void backward_simt(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
+                   const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal, int B,
+                   int T, int NH, int HS, const Dropout& dropout) {
   const Shape s = launch_shape(B, T, NH, HS);
   const float scale = 1.0f / std::sqrt(float(HS));
   switch (s.dims_per_lane) {
@@ -528,6 +516,40 @@ void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dou
       return backward_launch<8>(cx, s, dqkv, delta, dout, qkv, lse, key_mask, causal, T, NH, HS,
                                 scale, dropout);
   }
+}
+
+}  // namespace
+
+// `out` is read only by the tensor-core kernels, for D_i = dout_i·out_i.
+void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const bf16_t* out,
+                        const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
+                        int B, int T, int NH, int HS, bf16_t* dqkv_sums) {
+  attention_backward_dropout(cx, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS, 0.0f, 0,
+                             0, dqkv_sums);
+}
+
+void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout,
+                                const bf16_t* out, const bf16_t* qkv, const float* lse,
+                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                                float p, uint64_t seed, uint64_t offset, bf16_t* dqkv_sums) {
+  const Dropout dropout = make_dropout(p, seed, offset);
+  if (!dqkv) return;  // null gradient: not computed
+  check_shape(cx, "attention_backward", B, T, NH, HS);
+  float* delta = scratch<float>(cx, cx.scratch.attention_delta, size_t(B) * NH * T);  // (B, NH, T)
+  const int64_t N = int64_t(B) * T;
+  const int C3 = 3 * NH * HS;
+  if (tensor_cores_enabled() && flash_attention_serves(HS, qkv, dout) && aligned16(dqkv)) {
+    // The column sums' first stage from the rows the kernels write, where every 32-row chunk
+    // lies inside one sequence (a block's rows are one (b, h)'s); else the column sums after.
+    const bool in_kernels = dqkv_sums && T % kColumnChunkRows == 0;
+    float* partials = in_kernels ? column_partials(cx, 1, N, C3) : nullptr;
+    flash_attention_backward(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS,
+                             dropout, partials);
+    if (in_kernels) return column_totals(cx, "attention_backward", partials, N, C3, dqkv_sums);
+    return bias_backward(cx, dqkv_sums, dqkv, N, C3);
+  }
+  backward_simt(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH, HS, dropout);
+  bias_backward(cx, dqkv_sums, dqkv, N, C3);  // null dqkv_sums: nothing
 }
 
 COLLAGE_CUDA_VARIANT_END

@@ -68,14 +68,16 @@ __device__ __forceinline__ HeadSlices head_slices(const bf16_t* qkv, int b, int 
 // Whether they serve this call: HS 64 or 128 and every tensor 16-byte aligned.
 bool flash_attention_serves(int HS, const void* qkv, const void* other);
 // As attention_forward_dropout / attention_backward_dropout (kernels.cuh); `delta` (B, NH, T)
-// is scratch for D_i.
+// is scratch for D_i. `sum_partials`, if not null (needs T % kColumnChunkRows == 0): the first
+// stage of Σ_rows dqkv (kernels/column_sums.cuh, (chunks, 3·NH·HS)), formed from the rows the
+// kernels write; column_totals adds them.
 void flash_attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
                              const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
                              const AttentionDropout& dropout);
 void flash_attention_backward(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
                               const bf16_t* out, const bf16_t* qkv, const float* lse,
                               const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
-                              const AttentionDropout& dropout);
+                              const AttentionDropout& dropout, float* sum_partials);
 
 COLLAGE_CUDA_VARIANT_END
 }  // namespace collage::cuda

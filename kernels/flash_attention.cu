@@ -42,6 +42,7 @@
 
 #include "kernels/async_copy.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/column_sums.cuh"
 #include "kernels/mma.cuh"
 
 namespace collage::cuda {
@@ -239,6 +240,29 @@ __device__ __forceinline__ int fragment_column(int nb, int e) {
 // are not read (backend.h: input gradients are written).
 __device__ __forceinline__ void write_pair(bf16_t* dst, float scale, float first, float second) {
   to_bf16_pair(dst[0], dst[1], scale * first, scale * second);
+}
+
+// The first stage of Σ_rows dqkv (the qkv bias gradient; kernels/column_sums.cuh) for the rows a
+// block owns of one part (q, k or v) of one head: `stored` (kBlockRows, kHeadSize) holds them as
+// they were written (bf16), the block's first row being row0 of sequence b; partials (chunks, C3)
+// gets each 32-row chunk's column sums in row order at columns column0 + d, the terms and order
+// of column_partials_kernel, so the same bits. Needs T % kColumnChunkRows == 0 (no chunk
+// straddles two sequences); chunks from T on are not the block's.
+template <int kHeadSize, int kBlockRows>
+__device__ __forceinline__ void chunk_sums_of_rows(float* partials, const bf16_t* stored, int b,
+                                                   int row0, int T, int64_t C3, int column0) {
+  constexpr int kChunks = kBlockRows / kColumnChunkRows;
+  static_assert(kBlockRows % kColumnChunkRows == 0, "a block's rows are whole chunks");
+  for (int e = int(threadIdx.x); e < kChunks * kHeadSize; e += kThreads) {
+    const int j = e / kHeadSize, d = e % kHeadSize;
+    const int first = row0 + j * kColumnChunkRows;
+    if (first >= T) continue;
+    float sum = 0.0f;
+    for (int r = 0; r < kColumnChunkRows; r++)
+      sum += to_float(stored[(j * kColumnChunkRows + r) * kHeadSize + d]);
+    const int64_t chunk = (int64_t(b) * T + first) / kColumnChunkRows;
+    partials[chunk * C3 + column0 + d] = sum;
+  }
 }
 
 // The tiles of two (T, HS) matrices that a kernel walks together (k and v in the forward and
@@ -486,7 +510,8 @@ template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout, const bf16_t* out,
                                 const bf16_t* qkv, const float* lse, const int32_t* key_mask,
-                                bool causal, int T, int NH, float scale, AttentionDropout dropout) {
+                                bool causal, int T, int NH, float scale, AttentionDropout dropout,
+                                float* sum_partials) {
   using Split = WorkSplit<kWarpTiles, kTileRows>;
   constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
   constexpr int kDimBlocks = kHeadSize / 8, kKeyBlocks = kTile / 8;
@@ -579,6 +604,24 @@ __global__ void __launch_bounds__(kThreads)
                    dq[m][nd].v[2 * r + 1]);
     }
   }
+  if (!sum_partials) return;  // the same for the whole block
+  // The block's dq rows as written, into the memory of the staged rows and tiles (every warp is
+  // past its last read of them after the barrier), then their chunk sums.
+  __syncthreads();
+  bf16_t* stored = shared;  // (kBlockRows, kHeadSize)
+  COLLAGE_UNROLL
+  for (int m = 0; m < kM; m++) {
+    COLLAGE_UNROLL
+    for (int r = 0; r < 2; r++) {
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks; nd++)
+        write_pair(stored + (rows[m][r] - q0) * kHeadSize + fragment_column(nd, 0), scale,
+                   dq[m][nd].v[2 * r], dq[m][nd].v[2 * r + 1]);
+    }
+  }
+  __syncthreads();
+  chunk_sums_of_rows<kHeadSize, Split::kBlockRows>(sum_partials, stored, b, q0, T, 3 * C,
+                                                   h * kHeadSize);
 }
 
 // Zᵀ = (P·F)ᵀ into s and dSᵀ = (P (F·dZ - D))ᵀ into dp, for 16 keys (an m-tile) and the staged
@@ -655,7 +698,7 @@ template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
                               const float* delta, const int32_t* key_mask, bool causal, int T,
-                              int NH, float scale, AttentionDropout dropout) {
+                              int NH, float scale, AttentionDropout dropout, float* sum_partials) {
   using Split = WorkSplit<kWarpTiles, kTileRows>;
   constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
   constexpr int kDimBlocks = kHeadSize / 8, kQueryBlocks = kTile / 8;
@@ -745,6 +788,31 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  if (!sum_partials) return;  // the same for the whole block
+  // As in the dq kernel: the block's dk and dv rows as written, then their chunk sums.
+  __syncthreads();
+  bf16_t* stored_k = shared;                                    // (kBlockRows, kHeadSize)
+  bf16_t* stored_v = stored_k + Split::kBlockRows * kHeadSize;  // (kBlockRows, kHeadSize)
+  COLLAGE_UNROLL
+  for (int m = 0; m < kM; m++) {
+    COLLAGE_UNROLL
+    for (int r = 0; r < 2; r++) {
+      const int row = keys[m][r] - key0;
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks; nd++) {
+        const int d = fragment_column(nd, 0);
+        write_pair(stored_k + row * kHeadSize + d, scale, dk[m][nd].v[2 * r],
+                   dk[m][nd].v[2 * r + 1]);
+        write_pair(stored_v + row * kHeadSize + d, 1.0f, dv[m][nd].v[2 * r],
+                   dv[m][nd].v[2 * r + 1]);
+      }
+    }
+  }
+  __syncthreads();
+  chunk_sums_of_rows<kHeadSize, Split::kBlockRows>(sum_partials, stored_k, b, key0, T, 3 * C,
+                                                   int(C) + h * kHeadSize);
+  chunk_sums_of_rows<kHeadSize, Split::kBlockRows>(sum_partials, stored_v, b, key0, T, 3 * C,
+                                                   2 * int(C) + h * kHeadSize);
 }
 
 // Shared memory: the block's own one (forward) or two (backward) (kBlockRows, kStride)
@@ -774,35 +842,36 @@ template <int kHeadSize, typename Split = QuerySplit<kHeadSize>>
 void backward_query_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
                            const bf16_t* out, const bf16_t* qkv, const float* lse,
                            const int32_t* key_mask, bool causal, int B, int T, int NH,
-                           const AttentionDropout& dropout) {
+                           const AttentionDropout& dropout, float* sum_partials) {
   const float scale = 1.0f / std::sqrt(float(kHeadSize));
   launch(cx, "attention_backward (dq)",
          flash_backward_query_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
          grid_of<Split>(B, T, NH), dim3(kThreads), staged_bytes<kHeadSize, Split>(2))(
-      dqkv, delta, dout, out, qkv, lse, key_mask, causal, T, NH, scale, dropout);
+      dqkv, delta, dout, out, qkv, lse, key_mask, causal, T, NH, scale, dropout, sum_partials);
 }
 
 template <int kHeadSize, typename Split = KeySplit<kHeadSize>>
 void backward_key_launch(CudaContext& cx, bf16_t* dqkv, const float* delta, const bf16_t* dout,
                          const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
-                         int B, int T, int NH, const AttentionDropout& dropout) {
+                         int B, int T, int NH, const AttentionDropout& dropout,
+                         float* sum_partials) {
   const float scale = 1.0f / std::sqrt(float(kHeadSize));
   const size_t stats_bytes = 4 * size_t(Split::kTile) * sizeof(float);  // lse, D: 2 buffers
   launch(cx, "attention_backward (dk, dv)",
          flash_backward_key_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
          grid_of<Split>(B, T, NH), dim3(kThreads), staged_bytes<kHeadSize, Split>(2) + stats_bytes)(
-      dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout);
+      dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout, sum_partials);
 }
 
 template <int kHeadSize>
 void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
                      const bf16_t* out, const bf16_t* qkv, const float* lse,
                      const int32_t* key_mask, bool causal, int B, int T, int NH,
-                     const AttentionDropout& dropout) {
+                     const AttentionDropout& dropout, float* sum_partials) {
   backward_query_launch<kHeadSize>(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH,
-                                   dropout);
+                                   dropout, sum_partials);
   backward_key_launch<kHeadSize>(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH,
-                                 dropout);
+                                 dropout, sum_partials);
 }
 
 }  // namespace
@@ -821,12 +890,12 @@ void flash_attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf1
 void flash_attention_backward(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
                               const bf16_t* out, const bf16_t* qkv, const float* lse,
                               const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
-                              const AttentionDropout& dropout) {
+                              const AttentionDropout& dropout, float* sum_partials) {
   if (HS == 64)
     return backward_launch<64>(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH,
-                               dropout);
+                               dropout, sum_partials);
   return backward_launch<128>(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH,
-                              dropout);
+                              dropout, sum_partials);
 }
 
 COLLAGE_CUDA_VARIANT_END

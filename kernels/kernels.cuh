@@ -84,9 +84,10 @@ void rope_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, int B, int
 // ---- attention.cu ----
 void attention_forward(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
                        const int32_t* key_mask, bool causal, int B, int T, int NH, int HS);
+// dqkv_sums (3·NH·HS), if not null, += Σ_rows dqkv (backend.h, attention_backward).
 void attention_backward(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout, const bf16_t* out,
                         const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
-                        int B, int T, int NH, int HS);
+                        int B, int T, int NH, int HS, bf16_t* dqkv_sums = nullptr);
 // With dropout on the probabilities (backend.h, attention_forward_dropout); p = 0 is the above.
 void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
                                const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
@@ -94,7 +95,8 @@ void attention_forward_dropout(CudaContext& cx, bf16_t* out, float* lse, const b
 void attention_backward_dropout(CudaContext& cx, bf16_t* dqkv, const bf16_t* dout,
                                 const bf16_t* out, const bf16_t* qkv, const float* lse,
                                 const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
-                                float p, uint64_t seed, uint64_t offset);
+                                float p, uint64_t seed, uint64_t offset,
+                                bf16_t* dqkv_sums = nullptr);
 
 // ---- cross_entropy.cu ----
 void cross_entropy_forward(CudaContext& cx, float* losses, const bf16_t* logits,

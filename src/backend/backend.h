@@ -262,12 +262,16 @@ class BackendT {
     contract::attention("attention_forward", out, lse, qkv, B, T, NH, HS, 0.0f);
     do_attention_forward(out, lse, qkv, key_mask, causal, B, T, NH, HS);
   }
+  // dqkv_sums (3·NH·HS), if not null, += Σ_rows dqkv, summed as matmul_backward sums a bias
+  // gradient: the bias gradient of the qkv matmul, from the rows the backward writes instead of
+  // a second read (the GPT without rope; with rope its input's gradient is rope's).
   void attention_backward(Storage* dqkv, const Storage* dout, const Storage* out,
                           const Storage* qkv, const float* lse, const int32_t* key_mask,
-                          bool causal, int B, int T, int NH, int HS) {
+                          bool causal, int B, int T, int NH, int HS, Storage* dqkv_sums = nullptr) {
     contract::attention_backward("attention_backward", dqkv, dout, out, qkv, lse, B, T, NH, HS,
                                  0.0f);
-    do_attention_backward(dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS);
+    contract::sums_of_gradient("attention_backward", dqkv_sums, "dqkv_sums", dqkv, "dqkv");
+    do_attention_backward(dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS, dqkv_sums);
   }
 
   // ---- softmax cross-entropy over the first V of Vp logit columns (Vp = padded vocab) ----
@@ -430,7 +434,8 @@ class BackendT {
                                     int HS) = 0;
   virtual void do_attention_backward(Storage* dqkv, const Storage* dout, const Storage* out,
                                      const Storage* qkv, const float* lse, const int32_t* key_mask,
-                                     bool causal, int B, int T, int NH, int HS) = 0;
+                                     bool causal, int B, int T, int NH, int HS,
+                                     Storage* dqkv_sums) = 0;
   virtual void do_cross_entropy_forward(float* losses, const Storage* logits,
                                         const int32_t* targets, int64_t N, int V, int Vp,
                                         float* row_lse) = 0;

@@ -189,6 +189,12 @@ void attention_backward(const char* op, Tensor dqkv, Tensor dout, Tensor out, Te
   call.set(qkv, "qkv", work), call.set(lse, "lse", work);
 }
 
+void sums_of_gradient(const char* op, Tensor sums, const char* sums_name, Tensor gradient,
+                      const char* gradient_name) {
+  const Call call(op);
+  call.require(!sums || gradient, "{} is formed from {}, which is null", sums_name, gradient_name);
+}
+
 void gather_rows(Tensor out, Tensor inp, const int32_t* rows, int64_t count, int C) {
   const Call call("gather_rows");
   rows_shape(call, count, C);

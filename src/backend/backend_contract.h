@@ -62,6 +62,10 @@ void attention(const char* op, Tensor out, const float* lse, Tensor qkv, int B, 
                int HS, float p);
 void attention_backward(const char* op, Tensor dqkv, Tensor dout, Tensor out, Tensor qkv,
                         const float* lse, int B, int T, int NH, int HS, float p);
+// A gradient's column sums (`sums`, may be null) are formed from the gradient, which then must
+// be computed.
+void sums_of_gradient(const char* op, Tensor sums, const char* sums_name, Tensor gradient,
+                      const char* gradient_name);
 
 void gather_rows(Tensor out, Tensor inp, const int32_t* rows, int64_t count, int C);
 void scatter_add_rows(Tensor dinp, Tensor dout, const int32_t* rows, int64_t count, int C);

@@ -229,10 +229,13 @@ void GptT<Storage>::backward(float dloss) {
     be.matmul_backward(d.datty, lg.proj_w, nullptr, a.dresidual, la.atty, lw.proj_w, N, Cl, C);
     const Storage* attention_in = rope_ ? la.qkv_rope : la.qkv;
     Storage* dattention_in = rope_ ? d.dqkv_rope : d.dqkv;
+    // Without rope the attention's input gradient is the qkv matmul's output gradient, and the
+    // attention backward forms that matmul's bias gradient from the rows it writes.
     be.attention_backward(dattention_in, d.datty, la.atty, attention_in, la.att_lse, nullptr, true,
-                          B, T, NHl, HS);
+                          B, T, NHl, HS, rope_ ? nullptr : lg.qkv_b);
     if (rope_) be.rope_backward(d.dqkv, d.dqkv_rope, B, T, NHl, HS, config_.rope_base);
-    be.matmul_backward(d.dln1, lg.qkv_w, lg.qkv_b, d.dqkv, la.ln1, lw.qkv_w, N, C, C3);
+    be.matmul_backward(d.dln1, lg.qkv_w, rope_ ? lg.qkv_b : nullptr, d.dqkv, la.ln1, lw.qkv_w, N, C,
+                       C3);
     all_reduce_tp(d.dln1, N * C);  // QKV is column-parallel
     be.layernorm_backward(a.dresidual, lg.ln1_w, lg.ln1_b, d.dln1, x, lw.ln1_w, la.ln1_mean,
                           la.ln1_rstd, N, C, l > 0 ? g.layers[l - 1].fc2_b : nullptr);

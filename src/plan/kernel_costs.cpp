@@ -272,15 +272,17 @@ void add_backward(KernelCostRows& k) {
   k.matmul_backward("fc1", L, C, F, false);
   k.layernorm_backward("ln_2 (+ proj bias)", L, true);
   k.matmul_backward("proj", L, C, C, false);
-  // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv written.
+  // dout, out (flash-style D = rowsum(dout∘out)), qkv, lse read; dqkv written; without rope
+  // also the qkv bias gradient (Σ_rows dqkv, accumulated), which matmul_backward qkv leaves out.
+  const double qkv_bias = rope ? 0 : 3 * C;
   k.add("attention_backward", KP::backward, L,
-        (N * C + N * C + N * 3 * C + N * 3 * C) * kBf16 + N * NH * kF32, 5 * k.attention_gemm,
-        k.attention_on_tensor_cores, true);
+        (N * C + N * C + N * 3 * C + N * 3 * C + 2 * qkv_bias) * kBf16 + N * NH * kF32,
+        5 * k.attention_gemm + N * qkv_bias, k.attention_on_tensor_cores, true);
   if (rope) {
     k.add("rope_backward", KP::backward, L, 2 * N * 3 * C * kBf16 + k.rope_table_bytes,
           kRopeBackwardFlops * N * 2 * C);
   }
-  k.matmul_backward("qkv", L, C, 3 * C, true);
+  k.matmul_backward("qkv", L, C, 3 * C, rope);
   if (L > 1) k.layernorm_backward("ln_1 (+ fc2 bias of the layer below)", L - 1, true);
   k.layernorm_backward("ln_1 of layer 0", 1, false);
   // dout and tokens read; the touched dwte rows (and dwpe) read and written; each row's

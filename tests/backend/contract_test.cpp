@@ -127,6 +127,10 @@ std::vector<Case> cases() {
        [](Backend& b, const Memory& m) {
          b.attention_backward(m.s, m.s, nullptr, m.s, m.f, nullptr, true, 1, 4, 2, 8);
        }},
+      {"attention_backward", "attention_backward: dqkv_sums is formed from dqkv, which is null",
+       [](Backend& b, const Memory& m) {
+         b.attention_backward(nullptr, m.s, m.s, m.s, m.f, nullptr, true, 1, 4, 2, 8, m.s);
+       }},
       {"cross_entropy_forward", "cross_entropy_forward: padded vocabulary Vp = 7 must be >= V = 8",
        [](Backend& b, const Memory& m) { b.cross_entropy_forward(m.f, m.s, m.i, 4, 8, 7); }},
       {"cross_entropy_backward", "cross_entropy_backward: V = 0 must be >= 1",

@@ -279,5 +279,42 @@ TEST(CudaFlashAttention, DropoutMatchesCpu) {
       run_case(pair, onednn_cpu.get(), rng, c, causal, causal, 0.25f);
 }
 
+// attention_backward's dqkv_sums (the qkv bias gradient): formed by the tensor-core kernels from
+// the rows they write (T a multiple of 32), else by the column sums afterwards; either way the
+// bits of attention_backward then matmul_backward's dbias, with dqkv unchanged. Shapes: both
+// head sizes; T = 64 (one block of 64 rows), 96 (three chunks: the second block's last chunk
+// lies past T) and 37 (not whole chunks: the column sums after); causal, or not with a key mask
+// (hidden keys' zero rows); head size 16 on the SIMT kernels.
+TEST(CudaFlashAttention, BackwardSumsOfDqkvAreTheQkvBiasGradientsBits) {
+  BackendPair pair;
+  Rng rng(13);
+  const Case cases[] = {
+      {2, 64, 2, 64}, {1, 96, 2, 128}, {1, 96, 1, 64}, {2, 37, 1, 64}, {1, 64, 2, 16}};
+  for (const Case& c : cases) {
+    for (const bool causal : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "B=" << c.B << " T=" << c.T << " NH=" << c.NH
+                                        << " HS=" << c.HS << " causal=" << causal);
+      const AttentionInputs in(pair, rng, c, /*masked=*/!causal);
+      Backend& gpu = *pair.emulated;
+      gpu.attention_forward(in.out.emulated(), in.lse.emulated(), in.x.emulated(), in.mask_emulated,
+                            causal, c.B, c.T, c.NH, c.HS);
+      const size_t C3 = size_t(3) * c.NH * c.HS;
+      const std::vector<bf16> sums0 = random_values<bf16>(rng, C3, 4.0);
+      const Mirrored<bf16> fused_sums(pair, sums0), two_sums(pair, sums0);
+      const Mirrored<bf16> two_dx(pair, in.dqkv0);
+      gpu.attention_backward(in.dx.emulated(), in.dy.emulated(), in.out.emulated(), in.x.emulated(),
+                             in.lse.emulated(), in.mask_emulated, causal, c.B, c.T, c.NH, c.HS,
+                             fused_sums.emulated());
+      gpu.attention_backward(two_dx.emulated(), in.dy.emulated(), in.out.emulated(),
+                             in.x.emulated(), in.lse.emulated(), in.mask_emulated, causal, c.B, c.T,
+                             c.NH, c.HS);
+      gpu.matmul_backward(nullptr, nullptr, two_sums.emulated(), two_dx.emulated(), nullptr,
+                          nullptr, int64_t(c.B) * c.T, 1, int(C3));
+      expect_same_bits(in.dx.from_emulated(), two_dx.from_emulated(), "dqkv");
+      expect_same_bits(fused_sums.from_emulated(), two_sums.from_emulated(), "dqkv_sums");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace collage::test

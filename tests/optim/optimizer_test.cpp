@@ -77,7 +77,7 @@ class RecordingBackend final : public Backend {
     unused();
   }
   void do_attention_backward(bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                             const int32_t*, bool, int, int, int, int) override {
+                             const int32_t*, bool, int, int, int, int, bf16*) override {
     unused();
   }
   void do_cross_entropy_forward(float*, const bf16*, const int32_t*, int64_t, int, int,

@@ -144,9 +144,9 @@ class CountingBackend : public Backend {
   }
   void do_attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
                              const float* lse, const int32_t* mask, bool causal, int B, int T,
-                             int NH, int HS) override {
+                             int NH, int HS, bf16* dqkv_sums) override {
     calls["attention_backward"]++;
-    inner_->attention_backward(dqkv, dout, out, qkv, lse, mask, causal, B, T, NH, HS);
+    inner_->attention_backward(dqkv, dout, out, qkv, lse, mask, causal, B, T, NH, HS, dqkv_sums);
   }
   void do_cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets,
                                 int64_t N, int V, int Vp, float* row_lse) override {
@@ -330,10 +330,14 @@ TEST(KernelCosts, BytesOfQkvMatmulsAttentionAndCrossEntropy) {
   EXPECT_EQ(row_named(rows, "matmul_forward qkv").bytes,
             2 * 2 * (72 * 48 + 144 * 48 + 144 + 72 * 144));
   EXPECT_EQ(row_named(rows, "matmul_forward qkv").calls, 2);
-  // backward: dout (72×144), inp, weight read; dinp (72×48) written; dweight, dbias read +
-  // written
+  // backward: dout (72×144), inp, weight read; dinp (72×48) written; dweight read + written
+  // (the bias gradient is the attention backward's, below)
   EXPECT_EQ(row_named(rows, "matmul_backward qkv").bytes,
-            2 * 2 * (72 * 144 + 72 * 48 + 144 * 48 + 72 * 48 + 2 * 144 * 48 + 2 * 144));
+            2 * 2 * (72 * 144 + 72 * 48 + 144 * 48 + 72 * 48 + 2 * 144 * 48));
+  // attention backward: dout, out (72×48), qkv (72×144) read, dqkv (72×144) written, the qkv
+  // bias gradient (144) read + written, bf16; lse (72 rows × 4 heads) fp32
+  EXPECT_EQ(row_named(rows, "attention_backward").bytes,
+            2 * (2 * (72 * 48 + 72 * 48 + 72 * 144 + 72 * 144 + 2 * 144) + 4 * 72 * 4));
   // attention forward: qkv (72×144) read, out (72×48) written, lse (72 rows × 4 heads) fp32
   EXPECT_EQ(row_named(rows, "attention_forward").bytes,
             2 * (2 * (72 * 144 + 72 * 48) + 4 * 72 * 4));

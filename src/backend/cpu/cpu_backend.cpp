@@ -211,10 +211,12 @@ class CpuBackend final : public BackendT<S> {
   // `out` is read by the oneDNN engine's backward only (D_i = dout_i·out_i, as the tensor-core
   // kernels); the OpenBLAS one sums D_i = Σ_j P_ij dP_ij from the recomputed probabilities.
   void do_attention_backward(S* dqkv, const S* dout, const S* out, const S* qkv, const float* lse,
-                             const int32_t* key_mask, bool causal, int B, int T, int NH,
-                             int HS) override {
+                             const int32_t* key_mask, bool causal, int B, int T, int NH, int HS,
+                             S* dqkv_sums) override {
     const auto timed = profile_.time(OpFamily::attention_backward);
     cpu::attention_backward(cx_, dqkv, dout, out, qkv, lse, key_mask, causal, B, T, NH, HS);
+    if (dqkv && dqkv_sums)
+      cpu::bias_backward(cx_, dqkv_sums, static_cast<const S*>(dqkv), int64_t(B) * T, 3 * NH * HS);
   }
 
   void do_cross_entropy_forward(float* losses, const S* logits, const int32_t* targets, int64_t N,

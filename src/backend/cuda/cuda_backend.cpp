@@ -225,9 +225,9 @@ class CudaBackend final : public Backend {
   }
   void do_attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
                              const float* lse, const int32_t* key_mask, bool causal, int B, int T,
-                             int NH, int HS) override {
+                             int NH, int HS, bf16* dqkv_sums) override {
     cuda::attention_backward(cx_, dev(dqkv), dev(dout), dev(out), dev(qkv), lse, key_mask, causal,
-                             B, T, NH, HS);
+                             B, T, NH, HS, dev(dqkv_sums));
   }
 
   void do_cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets,
