@@ -70,7 +70,7 @@ struct WorkSplit {
 // them at each use rather than holding them as register fragments: fewer registers per thread,
 // so more resident warps to hide the latencies that bound these kernels. On sm_90 at HS 64:
 // forward 125 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128: 160 (3, a
-// 32-key tile so that 3 blocks' shared memory fits), 168 (3), 248 (2). With A in registers and
+// 32-key tile so that 3 blocks' shared memory fits), 168 (3), 242 (2). With A in registers and
 // 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64. Two m-tiles a warp
 // (FlashAttention-2's 32-row warps) take 202-244 registers at HS 64 (2-3 blocks), 230-244 at
 // HS 128; whether their reuse outweighs the lost warps is not yet timed on a GPU.
