@@ -120,8 +120,8 @@ class BackendT {
   void layernorm_backward(Storage* dinp, Storage* dweight, Storage* dbias, const Storage* dout,
                           const Storage* inp, const Storage* weight, const float* mean,
                           const float* rstd, int64_t N, int C, Storage* dinp_sums = nullptr) {
-    contract::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
-                                 dinp_sums);
+    contract::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    contract::sums_of_gradient("layernorm_backward", dinp_sums, "dinp_sums", dinp, "dinp");
     do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, dinp_sums);
   }
 
@@ -155,7 +155,8 @@ class BackendT {
   // of dinp. The same bits as the two ops one after the other; dbias null: the GELU's alone.
   void gelu_backward_bias(Storage* dinp, Storage* dbias, const Storage* inp, const Storage* dout,
                           int64_t N, int C, bool exact) {
-    contract::gelu_backward_bias(dinp, inp, dout, N, C, dbias);
+    contract::gelu_backward_bias(dinp, inp, dout, N, C);
+    contract::sums_of_gradient("gelu_backward_bias", dbias, "dbias", dinp, "dinp");
     do_gelu_backward_bias(dinp, dbias, inp, dout, N, C, exact);
   }
   // out = a + b

@@ -116,11 +116,9 @@ void residual_layernorm_forward(Tensor residual, Tensor out, Tensor a, Tensor b,
 }
 
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C,
-                        Tensor dinp_sums) {
+                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C) {
   const Call call("layernorm_backward");
   layernorm_shape(call, N, C);
-  call.require(!dinp_sums || dinp, "dinp_sums is formed from dinp, which is null");
   const bool work = N > 0 && (dinp || dweight || dbias);
   call.set(dout, "dout", work), call.set(inp, "inp", work);
   call.set(mean, "mean", work), call.set(rstd, "rstd", work);
@@ -157,12 +155,11 @@ void elementwise_backward(const char* op, int64_t n, Tensor dinp,
   for (Tensor in : inputs) call.require(n == 0 || !dinp || in, "an input is null (n = {})", n);
 }
 
-void gelu_backward_bias(Tensor dinp, Tensor inp, Tensor dout, int64_t N, int C, Tensor dbias) {
+void gelu_backward_bias(Tensor dinp, Tensor inp, Tensor dout, int64_t N, int C) {
   const Call call("gelu_backward_bias");
   call.rows(N, "N"), call.at_least(C, 0, "C");
   const bool work = N > 0 && C > 0 && dinp;
   call.set(inp, "inp", work), call.set(dout, "dout", work);
-  call.require(!dbias || dinp, "dbias is formed from dinp, which is null");
 }
 
 void dropout(const char* op, int64_t n, float p, Tensor out, Tensor in, bool backward) {

@@ -40,8 +40,7 @@ void layernorm_forward(Tensor out, Tensor inp, Tensor weight, int64_t N, int C, 
 void residual_layernorm_forward(Tensor residual, Tensor out, Tensor a, Tensor b, Tensor weight,
                                 int64_t N, int C, float eps);
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C,
-                        Tensor dinp_sums);
+                        Tensor weight, const float* mean, const float* rstd, int64_t N, int C);
 
 void matmul_forward(Tensor out, Tensor inp, Tensor weight, int64_t N, int C, int OC);
 void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
@@ -53,9 +52,9 @@ void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Ten
 void elementwise(const char* op, int64_t n, std::initializer_list<Tensor> tensors);
 void elementwise_backward(const char* op, int64_t n, Tensor dinp,
                           std::initializer_list<Tensor> inputs);
-// gelu_backward_bias over (N, C): N, C >= 0; with elements and dinp set, inp and dout set;
-// dbias (formed from dinp) needs dinp.
-void gelu_backward_bias(Tensor dinp, Tensor inp, Tensor dout, int64_t N, int C, Tensor dbias);
+// gelu_backward_bias over (N, C): N, C >= 0; with elements and dinp set, inp and dout set (its
+// dbias: sums_of_gradient).
+void gelu_backward_bias(Tensor dinp, Tensor inp, Tensor dout, int64_t N, int C);
 void dropout(const char* op, int64_t n, float p, Tensor out, Tensor in, bool backward);
 
 void attention(const char* op, Tensor out, const float* lse, Tensor qkv, int B, int T, int NH,
