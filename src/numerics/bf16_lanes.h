@@ -29,7 +29,7 @@
 // (edq_lanes.h) are added in the same order and the two compilations give the same bits.
 //
 // Layout: a lane holds its bf16 as the fp32 of the same value (low 16 bits zero), so to_f32
-// is free and rn is an integer add and mask; bf16 storage is converted on load and store.
+// is free and rn works on fp32 registers; bf16 storage is converted on load and store.
 #include <cstdint>
 #include <utility>
 
@@ -53,25 +53,127 @@ inline void for_each_register(const F& f) {
   (std::make_integer_sequence<int, kLaneRegisters>());
 }
 
+// How a lane vector's rn rounds. Both give rn's bits wherever they are used:
+//   exact    reg::rn, integer arithmetic on the bits, right for every input;
+//   guarded  reg::rn_normal, three instructions, right for the values training meets
+//            (finite normal below 2^112, ±0). On any other value it raises an exception flag,
+//            so the caller runs the block guarded first and redoes it exactly if a flag
+//            is up (backend/cpu/optimizer_chunks.cpp, step_in_place; docs/ARCHITECTURE.md,
+//            "The cpu optimizer").
+enum class LaneRounding { exact, guarded };
+
+template <LaneRounding R>
+struct Bf16LanesOf;
+
 // kLanes fp32 values. Converts implicitly from a float (broadcast), so that the fp32 scalars
-// of AdamScalars meet lane vectors in the templates exactly as they meet floats.
-struct F32Lanes {
+// of AdamScalars meet lane vectors in the templates exactly as they meet floats. The
+// operations are friends defined here, found through their lane arguments, so a float
+// argument beside a lane vector converts as it would for a plain function.
+template <LaneRounding R>
+struct F32LanesOf {
   reg::F32 r[kLaneRegisters];
-  F32Lanes() = default;
-  F32Lanes(float x) {
+  F32LanesOf() = default;
+  F32LanesOf(float x) {
     for_each_register([&](int k) { r[k] = reg::broadcast(x); });
+  }
+
+  // op applied to each register of the operands.
+  template <typename Op, typename... Lanes>
+  static F32LanesOf each_register(const Op& op, const Lanes&... in) {
+    F32LanesOf out;
+    for_each_register([&](int k) { out.r[k] = op(in.r[k]...); });
+    return out;
+  }
+
+  // ---- one IEEE fp32 operation each, lane-wise ----
+  friend F32LanesOf f32_add(F32LanesOf a, F32LanesOf b) {
+    return each_register([](reg::F32 x, reg::F32 y) { return reg::add(x, y); }, a, b);
+  }
+  friend F32LanesOf f32_sub(F32LanesOf a, F32LanesOf b) {
+    return each_register([](reg::F32 x, reg::F32 y) { return reg::sub(x, y); }, a, b);
+  }
+  friend F32LanesOf f32_mul(F32LanesOf a, F32LanesOf b) {
+    return each_register([](reg::F32 x, reg::F32 y) { return reg::mul(x, y); }, a, b);
+  }
+  friend F32LanesOf f32_div(F32LanesOf a, F32LanesOf b) {
+    return each_register([](reg::F32 x, reg::F32 y) { return reg::div(x, y); }, a, b);
+  }
+  friend F32LanesOf f32_sqrt(F32LanesOf a) {
+    return each_register([](reg::F32 x) { return reg::sqrt(x); }, a);
+  }
+  friend F32LanesOf f32_fma(F32LanesOf a, F32LanesOf b, F32LanesOf c) {
+    return each_register([](reg::F32 x, reg::F32 y, reg::F32 z) { return reg::fma(x, y, z); }, a, b,
+                         c);
+  }
+  // −x flips the sign bit, as the scalar −x does (NaN included).
+  friend F32LanesOf operator-(F32LanesOf a) {
+    return each_register([](reg::F32 x) { return reg::negate(x); }, a);
+  }
+
+  // ---- the rounding model ----
+  friend Bf16LanesOf<R> rn(F32LanesOf x) {
+    Bf16LanesOf<R> out;
+    for_each_register([&](int k) {
+      out.r[k] = R == LaneRounding::exact ? reg::rn(x.r[k]) : reg::rn_normal(x.r[k]);
+    });
+    return out;
   }
 };
 
 // kLanes bf16 values, each kept as the fp32 of the same value. Converts implicitly from a
 // scalar bfloat (broadcast: β2's split (bh, bl) in Mult).
-struct Bf16Lanes {
+template <LaneRounding R>
+struct Bf16LanesOf {
   reg::F32 r[kLaneRegisters];
-  Bf16Lanes() = default;
-  Bf16Lanes(bfloat x) {
+  Bf16LanesOf() = default;
+  Bf16LanesOf(bfloat x) {
     for_each_register([&](int k) { r[k] = reg::broadcast(to_f32(x)); });
   }
+
+  friend F32LanesOf<R> to_f32(Bf16LanesOf x) {
+    F32LanesOf<R> out;
+    for_each_register([&](int k) { out.r[k] = x.r[k]; });
+    return out;
+  }
+
+  // ---- one line each (docs/PRECISION.md §2) ----
+  friend Bf16LanesOf add_rn(Bf16LanesOf a, Bf16LanesOf b) {
+    return rn(f32_add(to_f32(a), to_f32(b)));
+  }
+  friend Bf16LanesOf sub_rn(Bf16LanesOf a, Bf16LanesOf b) {
+    return rn(f32_sub(to_f32(a), to_f32(b)));
+  }
+  friend Bf16LanesOf mul_rn(Bf16LanesOf a, Bf16LanesOf b) {
+    return rn(f32_mul(to_f32(a), to_f32(b)));
+  }
+  friend Bf16LanesOf div_rn(Bf16LanesOf a, Bf16LanesOf b) {
+    return rn(f32_div(to_f32(a), to_f32(b)));
+  }
+  friend Bf16LanesOf sqrt_rn(Bf16LanesOf a) { return rn(f32_sqrt(to_f32(a))); }
+  friend Bf16LanesOf fma_rn(Bf16LanesOf a, Bf16LanesOf b, Bf16LanesOf c) {
+    return rn(f32_fma(to_f32(a), to_f32(b), to_f32(c)));
+  }
+
+  // lookup_by_bf16 of bf16_math.h in every lane (a gather).
+  friend F32LanesOf<R> lookup_by_bf16(const float* table, Bf16LanesOf x) {
+    F32LanesOf<R> out;
+    for_each_register([&](int k) { out.r[k] = reg::lookup_by_bf16(table, x.r[k]); });
+    return out;
+  }
 };
+
+using F32Lanes = F32LanesOf<LaneRounding::exact>;
+using Bf16Lanes = Bf16LanesOf<LaneRounding::exact>;
+using GuardedF32Lanes = F32LanesOf<LaneRounding::guarded>;
+using GuardedBf16Lanes = Bf16LanesOf<LaneRounding::guarded>;
+
+// The same registers under the other rounding (Lanes: F32LanesOf or Bf16LanesOf).
+template <typename To, typename From>
+inline To same_lanes(const From& x) {
+  To out;
+  for_each_register([&](int k) { out.r[k] = x.r[k]; });
+  return out;
+}
 
 // kLanes 32-bit unsigned integers (the stochastic rounding noise).
 struct U32Lanes {
@@ -80,91 +182,27 @@ struct U32Lanes {
 
 // ---- loads and stores: kLanes consecutive elements, no alignment needed ----
 
-inline Bf16Lanes load_bf16_lanes(const uint16_t* p) {
-  Bf16Lanes x;
+template <LaneRounding R = LaneRounding::exact>
+inline Bf16LanesOf<R> load_bf16_lanes(const uint16_t* p) {
+  Bf16LanesOf<R> x;
   for_each_register([&](int k) { x.r[k] = reg::load_bf16(p + reg::kWidth * k); });
   return x;
 }
-inline void store_bf16_lanes(uint16_t* p, Bf16Lanes x) {
+template <LaneRounding R>
+inline void store_bf16_lanes(uint16_t* p, Bf16LanesOf<R> x) {
   for_each_register([&](int k) {
     if (k % 2 == 0) reg::store_bf16_pair(p + reg::kWidth * k, x.r[k], x.r[k + 1]);
   });
 }
-inline F32Lanes load_f32_lanes(const float* p) {
-  F32Lanes x;
+template <LaneRounding R = LaneRounding::exact>
+inline F32LanesOf<R> load_f32_lanes(const float* p) {
+  F32LanesOf<R> x;
   for_each_register([&](int k) { x.r[k] = reg::load_f32(p + reg::kWidth * k); });
   return x;
 }
-inline void store_f32_lanes(float* p, F32Lanes x) {
+template <LaneRounding R>
+inline void store_f32_lanes(float* p, F32LanesOf<R> x) {
   for_each_register([&](int k) { reg::store_f32(p + reg::kWidth * k, x.r[k]); });
-}
-
-// ---- the rounding model ----
-
-inline F32Lanes to_f32(Bf16Lanes x) {
-  F32Lanes out;
-  for_each_register([&](int k) { out.r[k] = x.r[k]; });
-  return out;
-}
-
-inline Bf16Lanes rn(F32Lanes x) {
-  Bf16Lanes out;
-  for_each_register([&](int k) { out.r[k] = reg::rn(x.r[k]); });
-  return out;
-}
-
-// ---- one IEEE fp32 operation each, lane-wise ----
-
-namespace lanes_detail {
-// op applied to each register of the operands.
-template <typename Op, typename... Lanes>
-inline F32Lanes each_register(const Op& op, const Lanes&... in) {
-  F32Lanes out;
-  for_each_register([&](int k) { out.r[k] = op(in.r[k]...); });
-  return out;
-}
-}  // namespace lanes_detail
-
-using lanes_detail::each_register;
-inline F32Lanes f32_add(F32Lanes a, F32Lanes b) {
-  return each_register([](reg::F32 x, reg::F32 y) { return reg::add(x, y); }, a, b);
-}
-inline F32Lanes f32_sub(F32Lanes a, F32Lanes b) {
-  return each_register([](reg::F32 x, reg::F32 y) { return reg::sub(x, y); }, a, b);
-}
-inline F32Lanes f32_mul(F32Lanes a, F32Lanes b) {
-  return each_register([](reg::F32 x, reg::F32 y) { return reg::mul(x, y); }, a, b);
-}
-inline F32Lanes f32_div(F32Lanes a, F32Lanes b) {
-  return each_register([](reg::F32 x, reg::F32 y) { return reg::div(x, y); }, a, b);
-}
-inline F32Lanes f32_sqrt(F32Lanes a) {
-  return each_register([](reg::F32 x) { return reg::sqrt(x); }, a);
-}
-inline F32Lanes f32_fma(F32Lanes a, F32Lanes b, F32Lanes c) {
-  return each_register([](reg::F32 x, reg::F32 y, reg::F32 z) { return reg::fma(x, y, z); }, a, b,
-                       c);
-}
-// −x flips the sign bit, as the scalar −x does (NaN included).
-inline F32Lanes operator-(F32Lanes a) {
-  return each_register([](reg::F32 x) { return reg::negate(x); }, a);
-}
-
-// ---- one line each (docs/PRECISION.md §2) ----
-inline Bf16Lanes add_rn(Bf16Lanes a, Bf16Lanes b) { return rn(f32_add(to_f32(a), to_f32(b))); }
-inline Bf16Lanes sub_rn(Bf16Lanes a, Bf16Lanes b) { return rn(f32_sub(to_f32(a), to_f32(b))); }
-inline Bf16Lanes mul_rn(Bf16Lanes a, Bf16Lanes b) { return rn(f32_mul(to_f32(a), to_f32(b))); }
-inline Bf16Lanes div_rn(Bf16Lanes a, Bf16Lanes b) { return rn(f32_div(to_f32(a), to_f32(b))); }
-inline Bf16Lanes sqrt_rn(Bf16Lanes a) { return rn(f32_sqrt(to_f32(a))); }
-inline Bf16Lanes fma_rn(Bf16Lanes a, Bf16Lanes b, Bf16Lanes c) {
-  return rn(f32_fma(to_f32(a), to_f32(b), to_f32(c)));
-}
-
-// lookup_by_bf16 of bf16_math.h in every lane (a gather).
-inline F32Lanes lookup_by_bf16(const float* table, Bf16Lanes x) {
-  F32Lanes out;
-  for_each_register([&](int k) { out.r[k] = reg::lookup_by_bf16(table, x.r[k]); });
-  return out;
 }
 
 // ---- stochastic rounding ----
@@ -189,8 +227,9 @@ inline U32Lanes rounding_noise16(uint64_t seed, int64_t t, LaneIndices indices) 
 // round_stochastic of bf16_math.h, lane-wise, with the noise of rounding_noise16 (below 2^16):
 // add the noise to the bits and truncate; NaN lanes become the canonical NaN (a select, not a
 // branch), as rn(x) makes them in the scalar function.
-inline Bf16Lanes round_stochastic(F32Lanes x, U32Lanes noise16) {
-  Bf16Lanes out;
+template <LaneRounding R>
+inline Bf16LanesOf<R> round_stochastic(F32LanesOf<R> x, U32Lanes noise16) {
+  Bf16LanesOf<R> out;
   for_each_register([&](int k) { out.r[k] = reg::round_stochastic(x.r[k], noise16.r[k]); });
   return out;
 }

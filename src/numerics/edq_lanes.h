@@ -14,11 +14,13 @@ inline namespace COLLAGE_ISA_NAMESPACE {
 struct EdqLanesTerm {
   F32Lanes u, after, before;
 };
-inline EdqLanesTerm edq_term(Bf16Lanes u, Bf16Lanes after, Bf16Lanes before) {
-  return {to_f32(u), to_f32(after), to_f32(before)};
+template <LaneRounding R>
+inline EdqLanesTerm edq_term(Bf16LanesOf<R> u, Bf16LanesOf<R> after, Bf16LanesOf<R> before) {
+  return {same_lanes<F32Lanes>(u), same_lanes<F32Lanes>(after), same_lanes<F32Lanes>(before)};
 }
-inline EdqLanesTerm edq_term(F32Lanes u, F32Lanes after, F32Lanes before) {
-  return {u, after, before};
+template <LaneRounding R>
+inline EdqLanesTerm edq_term(F32LanesOf<R> u, F32LanesOf<R> after, F32LanesOf<R> before) {
+  return {same_lanes<F32Lanes>(u), same_lanes<F32Lanes>(after), same_lanes<F32Lanes>(before)};
 }
 
 // EdqAccumulator over lane vectors: Σ Δ·u and Σ u² in kLanes double partial sums (lane i

@@ -38,6 +38,9 @@ inline F32 mul(F32 a, F32 b) { return _mm512_mul_ps(a, b); }
 inline F32 div(F32 a, F32 b) { return _mm512_div_ps(a, b); }
 inline F32 sqrt(F32 a) { return _mm512_sqrt_ps(a); }
 inline F32 fma(F32 a, F32 b, F32 c) { return _mm512_fmadd_ps(a, b, c); }
+inline F32 bitwise_or(F32 a, F32 b) {
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
 inline F32 negate(F32 a) {  // flips the sign bit, NaN included
   return _mm512_castsi512_ps(
       _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int(0x80000000u))));
@@ -79,6 +82,22 @@ inline F32 rn(F32 x) {
   return _mm512_castsi512_ps(_mm512_mask_and_epi32(_mm512_set1_epi32(0x7fff0000), number, carried,
                                                    _mm512_set1_epi32(int(0xffff0000u))));
 }
+
+// rn for a finite normal x below 2^112 in magnitude, or ±0, in three instructions
+// (docs/ARCHITECTURE.md, "The cpu optimizer"): g = RN(65535·x) is 65536·x − x rounded at the
+// bf16 ulp of x scaled by 2^16, so 65536·x − g (one fma, exact) is x rounded to bf16, ties to
+// even; the or puts back the sign of a −0 (the fma gives +0). Any other x raises a
+// floating-point exception flag that guarded_flags() reports: a subnormal x DE (denormal
+// operand), a larger x OE (g overflows), ±inf IE (inf − inf). NaN raises none: NaN inputs are
+// found before (unusual_bits). tests/optim/bf16_lanes_test.cpp checks both halves of this.
+inline F32 rn_normal(F32 x) {
+  const __m512 g = _mm512_mul_ps(x, _mm512_set1_ps(65535.0f));
+  const __m512 h = _mm512_fmsub_ps(_mm512_set1_ps(65536.0f), x, g);
+  return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(  // h | (x & sign)
+      _mm512_castps_si512(h), _mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)), 0xf8));
+}
+// Bit i set where lane i is NaN, ±inf or subnormal (one vfpclassps).
+inline unsigned unusual_bits(F32 x) { return _mm512_fpclass_ps_mask(x, 0xb9); }
 
 // Lane i: mix64(base + i) >> 48, the last round of rounding_noise16 (bf16_math.h). mix64 ends
 // with z ^ (z >> 31), which leaves bits 48..63 as they are (z >> 31 has no bits there), so the
@@ -142,6 +161,7 @@ inline F32 mul(F32 a, F32 b) { return _mm256_mul_ps(a, b); }
 inline F32 div(F32 a, F32 b) { return _mm256_div_ps(a, b); }
 inline F32 sqrt(F32 a) { return _mm256_sqrt_ps(a); }
 inline F32 fma(F32 a, F32 b, F32 c) { return _mm256_fmadd_ps(a, b, c); }
+inline F32 bitwise_or(F32 a, F32 b) { return _mm256_or_ps(a, b); }
 inline F32 negate(F32 a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 
 inline F32 load_bf16(const uint16_t* p) {
@@ -170,6 +190,19 @@ inline F32 rn(F32 x) {
       _mm256_castsi256_ps(_mm256_and_si256(carried, _mm256_set1_epi32(int(0xffff0000u))));
   const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);  // all ones in NaN lanes
   return _mm256_blendv_ps(rounded, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff0000)), nan);
+}
+
+// rn_normal as above; the sign goes back with an and and an or. The AVX2 loop does not use it
+// (optimizer_chunks.cpp, Bf16Adam::Lanes says why); the lane types need it on both ISAs.
+inline F32 rn_normal(F32 x) {
+  const __m256 g = _mm256_mul_ps(x, _mm256_set1_ps(65535.0f));
+  const __m256 h = _mm256_fmsub_ps(_mm256_set1_ps(65536.0f), x, g);
+  return _mm256_or_ps(h, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
+}
+// Bit i set where lane i is NaN. AVX2 has no vfpclassps; ±inf and subnormal lanes are left to
+// the flags that rn_normal raises.
+inline unsigned unusual_bits(F32 x) {
+  return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
 }
 
 // AVX2 has no 64-bit multiply: with a = ah·2^32 + al, b = bh·2^32 + bl,
@@ -221,6 +254,24 @@ inline unsigned zero_bits(F64 x) {
 }
 
 #endif
+
+// ---- the exception flags that rn_normal raises (MXCSR, per thread) ----
+// IE (invalid), DE (denormal operand) and OE (overflow); the others (precision, underflow,
+// divide by zero) do not mean that an rn_normal was wrong. A guarded computation clears them,
+// computes, makes every result exist (settle), then reads them: asm volatile keeps that order,
+// which the compiler could otherwise change, since it does not treat floating-point operations as
+// writing the flags.
+constexpr uint32_t kGuardedFlags = 0x1 | 0x2 | 0x8;
+inline uint32_t read_mxcsr() {
+  uint32_t csr;
+  asm volatile("vstmxcsr %0" : "=m"(csr) : : "memory");
+  return csr;
+}
+inline void write_mxcsr(uint32_t csr) { asm volatile("vldmxcsr %0" : : "m"(csr) : "memory"); }
+inline void clear_guarded_flags() { write_mxcsr(read_mxcsr() & ~kGuardedFlags); }
+inline uint32_t guarded_flags() { return read_mxcsr() & kGuardedFlags; }
+// x is computed before any asm volatile that follows (guarded_flags).
+inline void settle(F32& x) { asm volatile("" : "+v"(x)); }
 
 }  // namespace reg
 }  // namespace COLLAGE_ISA_NAMESPACE

@@ -95,7 +95,7 @@ TEST(Bf16Lanes, LoadStoreRoundTripsEveryPattern) {
   for (int i = 0; i < 65536; i += kLanes) {
     const Bf16Lanes x = bf16_lanes(&all[i]);
     const std::vector<uint16_t> back = bits_of_lanes(x);
-    const std::vector<float> wide = floats_of_lanes(math::to_f32(x));
+    const std::vector<float> wide = floats_of_lanes(to_f32(x));
     for (int k = 0; k < kLanes; k++) {
       ASSERT_EQ(back[k], all[i + k]);
       ASSERT_EQ(bits32(wide[k]), bits32(math::to_f32(math::bf16_from_bits(all[i + k]))));
@@ -115,12 +115,61 @@ TEST(Bf16Lanes, RnMatchesScalarRnOnEveryHighHalfAndTheEdgesOfTheLowHalf) {
   for (int i = 0; i < 2000000; i++) inputs.push_back(from_bits32(edge_f32(r)));
   inputs.resize(inputs.size() / kLanes * kLanes);
   for (size_t i = 0; i < inputs.size(); i += kLanes) {
-    const std::vector<uint16_t> got = bits_of_lanes(math::rn(f32_lanes(&inputs[i])));
+    const std::vector<uint16_t> got = bits_of_lanes(rn(f32_lanes(&inputs[i])));
     for (int k = 0; k < kLanes; k++) {
       ASSERT_EQ(got[k], math::bf16_bits(math::rn(inputs[i + k])))
           << std::hex << "rn of 0x" << bits32(inputs[i + k]);
     }
   }
+}
+
+// The guarded lanes' rn (reg::rn_normal, three instructions): rn's bits for every finite
+// normal below 2^112 and ±0; for any other value it either still gives them, or raises an
+// exception flag that guarded_flags() reports, or the value is one unusual_bits() flags
+// first (NaN). optimizer_chunks.cpp relies on exactly this to redo a block.
+TEST(Bf16Lanes, GuardedRnIsRnOrRaisesAFlag) {
+  std::mt19937_64 r(11);
+  std::vector<float> inputs;
+  for (uint32_t high = 0; high < 65536; high++) {
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, 0u}) {
+      if (low == 0 && r() % 2) low = uint32_t(r()) & 0xffffu;
+      inputs.push_back(from_bits32(high << 16 | low));
+    }
+  }
+  for (int i = 0; i < 1000000; i++) inputs.push_back(from_bits32(edge_f32(r)));
+  inputs.resize(inputs.size() / kLanes * kLanes);
+  auto guarded_rn = [](const float* x) {
+    return bits_of_lanes(
+        math::same_lanes<Bf16Lanes>(rn(math::load_f32_lanes<math::LaneRounding::guarded>(x))));
+  };
+  int64_t ordinary = 0, flagged = 0, found_first = 0;
+  for (size_t i = 0; i < inputs.size(); i += kLanes) {
+    const std::vector<uint16_t> got = guarded_rn(&inputs[i]);
+    for (int k = 0; k < kLanes; k++) {
+      const float x = inputs[i + k];
+      const uint16_t want = math::bf16_bits(math::rn(x));
+      const float magnitude = std::fabs(x);
+      if (x == 0 || (magnitude >= 0x1p-126f && magnitude < 0x1p112f)) {
+        ASSERT_EQ(got[k], want) << std::hex << "rn of 0x" << bits32(x);
+        ordinary++;
+        continue;
+      }
+      if (got[k] == want) continue;
+      const float alone[kLanes] = {x};
+      if (math::reg::unusual_bits(math::reg::load_f32(alone)) & 1) {
+        ASSERT_TRUE(std::isnan(x) || math::reg::kWidth == 16) << std::hex << "0x" << bits32(x);
+        found_first++;
+        continue;
+      }
+      math::reg::clear_guarded_flags();
+      guarded_rn(alone);
+      ASSERT_NE(math::reg::guarded_flags(), 0u) << std::hex << "no flag for 0x" << bits32(x);
+      flagged++;
+    }
+  }
+  math::reg::clear_guarded_flags();
+  EXPECT_GT(ordinary, int64_t(inputs.size() / 2));
+  EXPECT_GT(flagged + found_first, 1000);  // the subnormals, huge values and infinities
 }
 
 TEST(Bf16Lanes, Fp32OperationsMatchScalar) {
@@ -133,13 +182,12 @@ TEST(Bf16Lanes, Fp32OperationsMatchScalar) {
       c[k] = from_bits32(edge_f32(r));
     }
     const F32Lanes la = f32_lanes(a), lb = f32_lanes(b), lc = f32_lanes(c);
-    const std::vector<float> add = floats_of_lanes(math::f32_add(la, lb)),
-                             sub = floats_of_lanes(math::f32_sub(la, lb)),
-                             mul = floats_of_lanes(math::f32_mul(la, lb)),
-                             div = floats_of_lanes(math::f32_div(la, lb)),
-                             sqrt = floats_of_lanes(math::f32_sqrt(la)),
-                             fma = floats_of_lanes(math::f32_fma(la, lb, lc)),
-                             neg = floats_of_lanes(-la);
+    const std::vector<float> add = floats_of_lanes(f32_add(la, lb)),
+                             sub = floats_of_lanes(f32_sub(la, lb)),
+                             mul = floats_of_lanes(f32_mul(la, lb)),
+                             div = floats_of_lanes(f32_div(la, lb)),
+                             sqrt = floats_of_lanes(f32_sqrt(la)),
+                             fma = floats_of_lanes(f32_fma(la, lb, lc)), neg = floats_of_lanes(-la);
     for (int k = 0; k < kLanes; k++) {
       const std::string at = std::to_string(a[k]) + " " + std::to_string(b[k]);
       ASSERT_TRUE(same_f32(add[k], math::f32_add(a[k], b[k]))) << "add " << at;
@@ -159,12 +207,12 @@ TEST(Bf16Lanes, RoundedBf16LinesMatchScalar) {
     uint16_t a[kLanes], b[kLanes], c[kLanes];
     for (int k = 0; k < kLanes; k++) a[k] = edge_bf16(r), b[k] = edge_bf16(r), c[k] = edge_bf16(r);
     const Bf16Lanes la = bf16_lanes(a), lb = bf16_lanes(b), lc = bf16_lanes(c);
-    const std::vector<uint16_t> add = bits_of_lanes(math::add_rn(la, lb)),
-                                sub = bits_of_lanes(math::sub_rn(la, lb)),
-                                mul = bits_of_lanes(math::mul_rn(la, lb)),
-                                div = bits_of_lanes(math::div_rn(la, lb)),
-                                sqrt = bits_of_lanes(math::sqrt_rn(la)),
-                                fma = bits_of_lanes(math::fma_rn(la, lb, lc));
+    const std::vector<uint16_t> add = bits_of_lanes(add_rn(la, lb)),
+                                sub = bits_of_lanes(sub_rn(la, lb)),
+                                mul = bits_of_lanes(mul_rn(la, lb)),
+                                div = bits_of_lanes(div_rn(la, lb)),
+                                sqrt = bits_of_lanes(sqrt_rn(la)),
+                                fma = bits_of_lanes(fma_rn(la, lb, lc));
     for (int k = 0; k < kLanes; k++) {
       const bfloat x = math::bf16_from_bits(a[k]), y = math::bf16_from_bits(b[k]),
                    z = math::bf16_from_bits(c[k]);
@@ -191,7 +239,7 @@ TEST(Bf16Lanes, StochasticRoundingMatchesScalar) {
     std::memcpy(noise_lanes, noise.r, sizeof noise_lanes);
     float x[kLanes];
     for (int k = 0; k < kLanes; k++) x[k] = from_bits32(edge_f32(r));
-    const std::vector<uint16_t> got = bits_of_lanes(math::round_stochastic(f32_lanes(x), noise));
+    const std::vector<uint16_t> got = bits_of_lanes(round_stochastic(f32_lanes(x), noise));
     for (int k = 0; k < kLanes; k++) {
       const int64_t index = int64_t(uint64_t(first) + uint64_t(k));  // wraps past INT64_MAX
       const uint32_t want_noise = math::rounding_noise16(seed, t, index);

@@ -225,6 +225,54 @@ TEST(CpuStrategyStep, MatchesTheHeaderBitForBitWithDeterministicEdq) {
   }
 }
 
+// The lane loop rounds with three instructions where that gives rn's bits and redoes a block
+// exactly where it may not (Bf16Adam::guarded_in_place in backend/cpu/optimizer_chunks.cpp): a
+// NaN, ±inf or subnormal among the loaded values, or an exception flag raised on the way (g²
+// overflowing, v·β2 falling below the normals). Sparse values of those kinds, about one block
+// in eight, in θ, in the gradient and in each state array: every strategy still gives the
+// header's bits, in the blocks that fell back and in the clean blocks between them.
+TEST(CpuStrategyStep, UnusualValuesGiveTheHeadersBitsWhereverTheyFall) {
+  const uint16_t unusual[] = {
+      0x7fc1, 0x7f80, 0xff80,  // NaN, ±inf
+      0x0003, 0x8041,          // subnormals
+      0x7b40, 0xfb00,          // ±2^119 and more: g² and the guarded rounding overflow
+      0x0080, 0x0380, 0x8100,  // normals whose products fall below 2^-126
+  };
+  uint64_t seed = 200;
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(describe(c));
+    HostTensor start = make_tensor(c, seed++);
+    const bool bf16_state = c.precision != Precision::fp32_master;
+    const int components = 2 + (bf16_state ? state_count(c.precision) : 0);
+    int n = 0;
+    for (int64_t i = 37; i < kN; i += 500, n++) {
+      const uint16_t bits = unusual[n % std::size(unusual)];
+      const int component = (n / int(std::size(unusual))) % components;
+      if (component == 0) {
+        start.theta[i].bits = bits;
+      } else if (component == 1) {
+        for (auto& g : start.grads) g[i].bits = bits;
+      } else {
+        std::memcpy(&start.state[component - 2][2 * i], &bits, 2);
+      }
+    }
+    std::vector<math::EdqAccumulator> want_edq;
+    const HostTensor want = run_header(c, start, want_edq);
+    std::vector<EdqSums> edq;
+    const HostTensor got = run_backend(c, start, 2, edq);
+    for (int64_t i = 0; i < kN; i++) {
+      ASSERT_EQ(got.theta[i].bits, want.theta[i].bits) << "θ[" << i << "]";
+    }
+    for (size_t j = 0; j < want.state.size(); j++) {
+      ASSERT_EQ(got.state[j], want.state[j]) << "state " << j;
+    }
+    for (int k = 0; k < kSteps; k++) {
+      EXPECT_EQ(edq[k].updated, want_edq[k].updated) << "step " << k;
+      EXPECT_EQ(edq[k].lost, want_edq[k].lost) << "step " << k;
+    }
+  }
+}
+
 // Clipping fused into the step (OptimizerStep::grad_scale) gives the bits of Backend::scale on
 // the gradient first, for every strategy, on the lane path and the scalar tail, its EDQ sums
 // included; a factor that rounds some products to subnormals and one that leaves every

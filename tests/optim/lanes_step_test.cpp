@@ -180,7 +180,7 @@ TEST(LanesStep, Fp32MasterMatchesTheScalarStepInEveryLane) {
         math::store_f32_lanes(&master[i], w), math::store_f32_lanes(&m[i], mi);
         math::store_f32_lanes(&v[i], vi);
         uint16_t theta[kLanes];
-        math::store_bf16_lanes(theta, math::rn(w));
+        math::store_bf16_lanes(theta, rn(w));
         float u[kLanes], after[kLanes], before[kLanes];
         math::store_f32_lanes(u, got.u);
         math::store_f32_lanes(after, got.after);

@@ -43,12 +43,12 @@ TEST(ReciprocalDenominators, MultiplyingRoundsAsDividingForEveryPairOfBf16) {
 #pragma omp parallel for schedule(dynamic, 256)
   for (int d_bits = 0; d_bits < 65536; d_bits++) {
     const F32Lanes d(value_of(uint32_t(d_bits)));
-    const F32Lanes r = math::f32_div(F32Lanes(1.0f), d);
+    const F32Lanes r = f32_div(F32Lanes(1.0f), d);
     int64_t count = 0;
     for (int first = 0; first < 65536; first += kLanes) {
       const Bf16Lanes n = math::load_bf16_lanes(&every_bf16[first]);
-      const Bf16Lanes by_product = math::rn(math::f32_mul(math::to_f32(n), r));
-      const Bf16Lanes by_quotient = math::rn(math::f32_div(math::to_f32(n), d));
+      const Bf16Lanes by_product = rn(f32_mul(to_f32(n), r));
+      const Bf16Lanes by_quotient = rn(f32_div(to_f32(n), d));
       if (std::memcmp(&by_product, &by_quotient, sizeof by_product) == 0) continue;
       uint16_t product_bits[kLanes], quotient_bits[kLanes];
       math::store_bf16_lanes(product_bits, by_product);

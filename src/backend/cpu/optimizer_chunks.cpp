@@ -24,6 +24,12 @@
 // compilations give the same bits: the same operations per lane, and the EDQ lane sums of the
 // same 64 lanes added in the same order.
 //
+// Rounding in three instructions: the bf16 strategies step their lane vectors with the guarded
+// rn (bf16_lanes.h, LaneRounding::guarded), which gives rn's bits for the values training
+// meets and raises an exception flag, or meets a NaN found first, for the others; such a block
+// is stepped again with the exact rn before anything is stored (Bf16Adam::guarded_in_place;
+// docs/ARCHITECTURE.md, "The cpu optimizer").
+//
 // Dividing by multiplying: with lane vectors, the bf16 strategies' Adam direction multiplies by
 // a per-step table of reciprocal denominators instead of dividing, with the same bits
 // (collage_math.h, adam_direction; use_reciprocal_denominators below).
@@ -35,9 +41,12 @@
 // state and the sums are bit-identical run to run, for any thread count and either ISA.
 #include "backend/cpu/optimizer_chunks.h"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "numerics/collage_math.h"
 #include "numerics/isa_namespace.h"
@@ -72,10 +81,20 @@ struct ChunkSums {
   int64_t updated = 0, lost = 0;
 };
 
+// Calls f(0), f(1), ..., f(N−1), unrolled at compile time: a loop over the state arrays would
+// keep their lane vectors in memory (GCC -O2 does not unroll it).
+template <size_t N, typename F>
+inline void unrolled(const F& f) {
+  [&]<size_t... K>(std::index_sequence<K...>) { (f(K), ...); }
+  (std::make_index_sequence<N>());
+}
+
 // ---- element access: the storage at p as the header's types (one element or kLanes) ----
 // collage::bf16 and __nv_bfloat16 share the layout; one element goes through the bits so no
 // object is accessed through the other type. Only the numerics headers' functions are used
-// (not numerics/bf16.h's or backend/cpu/storage.h's), for the reason at the top.
+// (not numerics/bf16.h's or backend/cpu/storage.h's), for the reason at the top. The lane
+// types' operations (rn, to_f32, ...) are found through their arguments, so they are called
+// unqualified.
 
 inline void load(cm::bfloat& x, const bf16* p) { x = cm::bf16_from_bits(p->bits); }
 inline void store(bf16* p, cm::bfloat x) { p->bits = cm::bf16_bits(x); }
@@ -84,20 +103,47 @@ inline void load(float& x, const bf16* p) { x = cm::to_f32(cm::bf16_from_bits(p-
 inline void store(float* p, float x) { *p = x; }
 inline void store(bf16* p, float x) { store(p, cm::rn(x)); }  // fp32-master: θ = rn(master)
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
+using cm::LaneRounding;
 inline const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
 inline uint16_t* bits_of(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
-inline void load(cm::Bf16Lanes& x, const bf16* p) { x = cm::load_bf16_lanes(bits_of(p)); }
-inline void store(bf16* p, cm::Bf16Lanes x) { cm::store_bf16_lanes(bits_of(p), x); }
-inline void load(cm::F32Lanes& x, const float* p) { x = cm::load_f32_lanes(p); }
-inline void load(cm::F32Lanes& x, const bf16* p) {
-  x = cm::to_f32(cm::load_bf16_lanes(bits_of(p)));
+template <LaneRounding R>
+inline void load(cm::Bf16LanesOf<R>& x, const bf16* p) {
+  x = cm::load_bf16_lanes<R>(bits_of(p));
 }
+template <LaneRounding R>
+inline void store(bf16* p, cm::Bf16LanesOf<R> x) {
+  cm::store_bf16_lanes(bits_of(p), x);
+}
+inline void load(cm::F32Lanes& x, const float* p) { x = cm::load_f32_lanes(p); }
+inline void load(cm::F32Lanes& x, const bf16* p) { x = to_f32(cm::load_bf16_lanes(bits_of(p))); }
 inline void store(float* p, cm::F32Lanes x) { cm::store_f32_lanes(p, x); }
-inline void store(bf16* p, cm::F32Lanes x) { cm::store_bf16_lanes(bits_of(p), cm::rn(x)); }
+inline void store(bf16* p, cm::F32Lanes x) { cm::store_bf16_lanes(bits_of(p), rn(x)); }
 using Bf16Lanes = cm::Bf16Lanes;
+using GuardedBf16Lanes = cm::GuardedBf16Lanes;
 using F32Lanes = cm::F32Lanes;
+
+// Every register of x and of the EDQ term is computed before the exception flags are read:
+// their bitwise or is made to exist before any asm volatile that follows.
+template <typename Lanes, size_t N>
+void settle_all(const std::array<Lanes, N>& x, const cm::EdqLanesTerm& term) {
+  cm::reg::F32 all = term.u.r[0];
+  auto include = [&](const auto& lanes) {
+    cm::for_each_register([&](int k) { all = cm::reg::bitwise_or(all, lanes.r[k]); });
+  };
+  unrolled<N>([&](size_t a) { include(x[a]); });
+  include(term.u), include(term.after), include(term.before);
+  cm::reg::settle(all);
+}
+// Bit i set where lane i of a register of x is NaN (or, with AVX-512, ±inf or subnormal).
+template <typename Lanes>
+unsigned unusual_bits(const Lanes& x) {
+  unsigned bits = 0;
+  cm::for_each_register([&](int k) { bits |= cm::reg::unusual_bits(x.r[k]); });
+  return bits;
+}
 #else
 struct Bf16Lanes {};  // never instantiated without the lane path
+struct GuardedBf16Lanes {};
 struct F32Lanes {};
 #endif
 
@@ -105,10 +151,14 @@ struct F32Lanes {};
 // into the load: rn(g·c), the bits Backend::scale stores (cm::clipped_gradient), or g itself
 // when c = 1. fp32-master on bf16 storage rounds the product to bf16 before widening, as the
 // stored gradient would be; on fp32 storage the product is the fp32 one.
-template <typename B>  // cm::bfloat or Bf16Lanes
+template <typename B>  // cm::bfloat or a Bf16LanesOf
+B scaled_gradient(B g, float c) {
+  return c != 1.0f ? cm::clipped_gradient(g, c) : g;
+}
+template <typename B>
 void load_gradient(B& g, const bf16* p, float c) {
   load(g, p);
-  if (c != 1.0f) g = cm::clipped_gradient(g, c);
+  g = scaled_gradient(g, c);
 }
 inline void load_gradient(float& g, const bf16* p, float c) {
   cm::bfloat b;
@@ -123,47 +173,104 @@ inline void load_gradient(float& g, const float* p, float c) {
 inline void load_gradient(F32Lanes& g, const bf16* p, float c) {
   Bf16Lanes b;
   load_gradient(b, p, c);
-  g = cm::to_f32(b);
+  g = to_f32(b);
 }
 inline void load_gradient(F32Lanes& g, const float* p, float c) {
   load(g, p);
-  if (c != 1.0f) g = cm::f32_mul(g, F32Lanes(c));
+  if (c != 1.0f) g = f32_mul(g, F32Lanes(c));
 }
 #endif
 
 // ---- the strategies: at<B>(i) steps the elements from i on, one (B = cm::bfloat or float)
-// or kLanes (B = Bf16Lanes or F32Lanes), with the collage_math.h step of its name, and returns
-// their EDQ term. Lanes and One name the two element types; step_chunk below picks one. ----
+// or kLanes (B = GuardedBf16Lanes or F32Lanes), with the collage_math.h step of its name, and
+// returns their EDQ term. Lanes and One name the two element types; step_chunk below picks
+// one. ----
 
-// θ, g, m, v: what every bf16-state strategy loads and stores back.
+// What every bf16-state strategy has: θ, g, m, v and the step's scalars, and the walk from
+// the storage to the step and back (in_place).
 struct Bf16Adam {
+  // Guarded lanes with AVX-512 only. AVX2's 16 registers cannot hold a block's results until
+  // the flags are read, and the spills cost more than the cheaper rn saves (measured on Zen 4:
+  // 4–25% slower than exact lanes), so the AVX2 loop rounds exactly.
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  using Lanes = std::conditional_t<cm::reg::kWidth == 16, GuardedBf16Lanes, Bf16Lanes>;
+#else
   using Lanes = Bf16Lanes;
+#endif
   using One = cm::bfloat;
   bf16* theta;
   const bf16* grad;
   bf16 *m, *v;
   cm::AdamScalars s;
-  float grad_scale;  // clipping's factor, fused (load_gradient)
+  float grad_scale;  // clipping's factor, fused (scaled_gradient)
 
-  template <typename B>
-  void load_at(int64_t i, B& th, B& g, B& mi, B& vi) const {
-    load(th, theta + i), load_gradient(g, grad + i, grad_scale), load(mi, m + i), load(vi, v + i);
+  // Loads element(s) i of g and of the state arrays (θ, m, v, then the strategy's own) as B,
+  // calls step(g, θ, m, v, ...), which updates all but g, and stores them back; returns the
+  // step's EDQ term. Lane vectors go guarded first (guarded_in_place).
+  template <typename B, typename Step, typename... Extra>
+  auto in_place(int64_t i, const Step& step, Extra*... extra) const {
+    const std::array<bf16*, 3 + sizeof...(Extra)> arrays{theta, m, v, extra...};
+    if constexpr (std::is_same_v<B, GuardedBf16Lanes>) {
+      return guarded_in_place(i, step, arrays);
+    } else {
+      return exact_in_place<B>(i, step, arrays);
+    }
   }
-  template <typename B>
-  void store_at(int64_t i, B th, B mi, B vi) const {
-    store(theta + i, th), store(m + i, mi), store(v + i, vi);
+
+ private:
+  template <typename B, typename Step, size_t N>
+  auto exact_in_place(int64_t i, const Step& step, const std::array<bf16*, N>& arrays) const {
+    B g;
+    std::array<B, N> x;
+    load(g, grad + i);
+    unrolled<N>([&](size_t a) { load(x[a], arrays[a] + i); });
+    const auto edq = step_with(step, scaled_gradient(g, grad_scale), x);
+    unrolled<N>([&](size_t a) { store(arrays[a] + i, x[a]); });
+    return edq;
   }
+
+  template <typename Step, typename B, size_t N>
+  static auto step_with(const Step& step, B g, std::array<B, N>& x) {
+    return std::apply([&](auto&... values) { return step(g, values...); }, x);
+  }
+
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  // kLanes elements, with the three-instruction rn (GuardedBf16Lanes) where that gives rn's
+  // bits, else with the exact one (docs/ARCHITECTURE.md, "The cpu optimizer"). A block whose
+  // loaded values hold a NaN (or, found as cheaply with AVX-512, an ±inf or a subnormal) goes
+  // exact at once. Otherwise it runs guarded, and if an exception flag went up (a value that
+  // the guarded rn may not round right met it), the results are dropped and the block runs
+  // again exactly from the same loaded values. Nothing is stored before that choice.
+  // step_chunk clears the flags when it starts; every exact run clears them after it.
+  template <typename Step, size_t N>
+  auto guarded_in_place(int64_t i, const Step& step, const std::array<bf16*, N>& arrays) const {
+    GuardedBf16Lanes g;
+    std::array<GuardedBf16Lanes, N> x;
+    load(g, grad + i);
+    unsigned unusual = unusual_bits(g);
+    unrolled<N>([&](size_t a) { load(x[a], arrays[a] + i), unusual |= unusual_bits(x[a]); });
+    if (!unusual) {
+      cm::EdqLanesTerm edq = step_with(step, scaled_gradient(g, grad_scale), x);
+      settle_all(x, edq);
+      if (!cm::reg::guarded_flags()) {
+        unrolled<N>([&](size_t a) { store(arrays[a] + i, x[a]); });
+        return edq;
+      }
+    }
+    // Nothing was stored: the exact run loads the same values again.
+    const cm::EdqLanesTerm edq = exact_in_place<Bf16Lanes>(i, step, arrays);
+    cm::reg::clear_guarded_flags();
+    return edq;
+  }
+#endif
 };
 
 // bf16: state {m, v}.
 struct Bf16Step : Bf16Adam {
   template <typename B>
   auto at(int64_t i) const {
-    B th, g, mi, vi;
-    load_at(i, th, g, mi, vi);
-    const auto edq = cm::step_bf16(th, g, mi, vi, s);
-    store_at(i, th, mi, vi);
-    return edq;
+    return in_place<B>(
+        i, [&](auto g, auto& th, auto& mi, auto& vi) { return cm::step_bf16(th, g, mi, vi, s); });
   }
 };
 
@@ -172,11 +279,12 @@ struct CollageLightStep : Bf16Adam {
   bf16* dtheta;
   template <typename B>
   auto at(int64_t i) const {
-    B th, g, mi, vi, dth;
-    load_at(i, th, g, mi, vi), load(dth, dtheta + i);
-    const auto edq = cm::step_collage_light(th, g, mi, vi, dth, s);
-    store_at(i, th, mi, vi), store(dtheta + i, dth);
-    return edq;
+    return in_place<B>(
+        i,
+        [&](auto g, auto& th, auto& mi, auto& vi, auto& dth) {
+          return cm::step_collage_light(th, g, mi, vi, dth, s);
+        },
+        dtheta);
   }
 };
 
@@ -186,11 +294,12 @@ struct CollagePlusStep : Bf16Adam {
   bool reference_quirk;
   template <typename B>
   auto at(int64_t i) const {
-    B th, g, mi, vi, dth, dvi;
-    load_at(i, th, g, mi, vi), load(dth, dtheta + i), load(dvi, dv + i);
-    const auto edq = cm::step_collage_plus(th, g, mi, vi, dth, dvi, s, reference_quirk);
-    store_at(i, th, mi, vi), store(dtheta + i, dth), store(dv + i, dvi);
-    return edq;
+    return in_place<B>(
+        i,
+        [&](auto g, auto& th, auto& mi, auto& vi, auto& dth, auto& dvi) {
+          return cm::step_collage_plus(th, g, mi, vi, dth, dvi, s, reference_quirk);
+        },
+        dtheta, dv);
   }
 };
 
@@ -199,11 +308,12 @@ struct KahanStep : Bf16Adam {
   bf16* compensation;
   template <typename B>
   auto at(int64_t i) const {
-    B th, g, mi, vi, c;
-    load_at(i, th, g, mi, vi), load(c, compensation + i);
-    const auto edq = cm::step_kahan(th, g, mi, vi, c, s);
-    store_at(i, th, mi, vi), store(compensation + i, c);
-    return edq;
+    return in_place<B>(
+        i,
+        [&](auto g, auto& th, auto& mi, auto& vi, auto& c) {
+          return cm::step_kahan(th, g, mi, vi, c, s);
+        },
+        compensation);
   }
 };
 
@@ -215,25 +325,21 @@ struct StochasticStep : Bf16Adam {
   int64_t index(int64_t i) const { return int64_t(uint64_t(offset) + uint64_t(i)); }
   template <typename B>
   auto at(int64_t i) const {
-    B th, g, mi, vi;
-    load_at(i, th, g, mi, vi);
-    auto edq = [&] {
+    return in_place<B>(i, [&](auto g, auto& th, auto& mi, auto& vi) {
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
-      if constexpr (!std::is_same_v<B, cm::bfloat>) {
+      if constexpr (!std::is_same_v<decltype(g), cm::bfloat>) {
         return cm::step_stochastic(th, g, mi, vi, s, seed, t, cm::LaneIndices{index(i)});
       } else
 #endif
       {
         return cm::step_stochastic(th, g, mi, vi, s, seed, t, index(i));
       }
-    }();
-    store_at(i, th, mi, vi);
-    return edq;
+    });
   }
 };
 
 // fp32-master: state {master, m, v} fp32; the weights are rn(master) (bf16 storage) or the
-// master itself (fp32 storage).
+// master itself (fp32 storage). Bound by memory, not by its one rounding: exact lanes only.
 template <typename S>
 struct Fp32MasterStep {
   using Lanes = F32Lanes;
@@ -265,11 +371,16 @@ COLLAGE_FLATTEN ChunkSums step_chunk(const Strategy& strategy, int64_t begin, in
   ChunkSums sums;
   int64_t i = begin;
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  // The guarded lanes read the exception flags (Bf16Adam::guarded_in_place): start them
+  // clear, and leave this thread's as they were.
+  const uint32_t caller_mxcsr = cm::reg::read_mxcsr();
+  cm::reg::clear_guarded_flags();
   cm::EdqLanesAccumulator lanes;
   for (; i + cm::kLanes <= end; i += cm::kLanes)
     lanes.add(strategy.template at<typename Strategy::Lanes>(i));
   sums.dot = lanes.dot_total(), sums.u_squared = lanes.u_squared_total();
   sums.updated = lanes.updated, sums.lost = lanes.lost;
+  cm::reg::write_mxcsr(caller_mxcsr);
 #endif
   cm::EdqAccumulator tail;
   for (; i < end; i++) tail.add(strategy.template at<typename Strategy::One>(i));
@@ -373,7 +484,8 @@ void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, doub
 
 bool fill_reciprocal_denominators(const cm::AdamScalars& s, float* values) {
   auto fill = [&](uint32_t b, auto v) {  // entries b, b+1, ... as many as v holds
-    store(values + b, cm::f32_div(1.0f, cm::to_f32(cm::adam_denominator(v, s))));
+    using cm::f32_div, cm::to_f32;       // the scalar ones; a lane vector's are its friends
+    store(values + b, f32_div(1.0f, to_f32(cm::adam_denominator(v, s))));
   };
   uint32_t b = 0;
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
