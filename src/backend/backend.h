@@ -47,7 +47,8 @@ class BackendT {
   virtual std::string name() const = 0;
   // What runs the GEMMs and why ("oneDNN bf16 matmul (auto: ...)"), for the log and bench.
   virtual std::string gemm_engine() const { return ""; }
-  // What runs the optimizer's element loop and why ("AVX-512 lanes (auto: ...)"), likewise.
+  // What runs the optimizer's element loop and why ("AVX-512 lanes (auto: ...)"), likewise;
+  // once steps have run, the cpu adds how many blocks its guarded rounding redid exactly.
   virtual std::string optimizer_engine() const { return ""; }
 
   // ---- memory ----

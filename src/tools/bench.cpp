@@ -272,8 +272,8 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   r.backend = choice.name;
   r.backend_reason = choice.reason;
   r.gemm_engine = backend->gemm_engine();
-  r.optimizer_engine = backend->optimizer_engine();
   time_steps(*step, optimizer, *backend, config, options, r);
+  r.optimizer_engine = backend->optimizer_engine();  // after the steps: what they ran into
   add_rates(config, model.num_parameters(), r);
   if (choice.name == "cpu") add_sgemm_baseline(config, options, r);
   return r;

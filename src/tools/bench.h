@@ -24,7 +24,7 @@ struct BenchResult {
   std::string backend;                   // the backend that ran (parallel.backend resolved)
   std::string backend_reason;            // why ("as configured", "auto: no GPU, ...")
   std::string gemm_engine;               // cpu: OpenBLAS or oneDNN, and why
-  std::string optimizer_engine;          // cpu: the optimizer loop's ISA (AVX-512 or AVX2), and why
+  std::string optimizer_engine;          // cpu: the optimizer loop's ISA and why; blocks it redid
   double launches_per_step = 0;          // kernels and GEMMs queued (queuing backends)
   double synchronizations_per_step = 0;  // host waits for the device (queuing backends)
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, step_ms = 0;

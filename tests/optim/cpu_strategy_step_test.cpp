@@ -10,6 +10,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/optimizer_chunks.h"
+#include "backend/cpu/optimizer_isa.h"
 #include "core/error.h"
 #include "numerics/collage_math.h"
 #include "reference_math.h"
@@ -183,6 +185,24 @@ HostTensor run_header(const Case& c, HostTensor h, std::vector<math::EdqAccumula
   return h;
 }
 
+// 64-element blocks a step of kN elements has: each chunk's whole blocks (the rest of a chunk
+// goes one element at a time).
+constexpr int64_t kBlocksPerStep =
+    kN / cpu::kOptimizerChunk * (cpu::kOptimizerChunk / 64) + kN % cpu::kOptimizerChunk / 64;
+
+// The blocks stepped with guarded rounding during f(), and of them those redone exactly. Only
+// the AVX-512 loop guards (docs/ARCHITECTURE.md, "The cpu optimizer").
+template <typename F>
+cpu::GuardedRoundingCounts guarded_blocks_during(const F& f) {
+  const cpu::GuardedRoundingCounts before = cpu::guarded_rounding_counts();
+  f();
+  const cpu::GuardedRoundingCounts after = cpu::guarded_rounding_counts();
+  return {after.guarded - before.guarded, after.redone - before.redone};
+}
+bool loop_guards(const Case& c) {
+  return cpu::chosen_optimizer_loop().isa == "AVX-512" && c.precision != Precision::fp32_master;
+}
+
 bool same_edq_bits(const EdqSums& a, const EdqSums& b) {
   return std::memcmp(&a.dot, &b.dot, 8) == 0 && std::memcmp(&a.u_squared, &b.u_squared, 8) == 0 &&
          a.updated == b.updated && a.lost == b.lost;
@@ -203,10 +223,15 @@ TEST(CpuStrategyStep, MatchesTheHeaderBitForBitWithDeterministicEdq) {
     std::vector<math::EdqAccumulator> want_edq;
     const HostTensor want = run_header(c, start, want_edq);
     std::vector<EdqSums> edq1, edq2, edq2_again;
-    const HostTensor one = run_backend(c, start, 1, edq1);
+    HostTensor one;
+    const cpu::GuardedRoundingCounts blocks =
+        guarded_blocks_during([&] { one = run_backend(c, start, 1, edq1); });
+    // Ordinary values: every block takes the fast rounding (and none if the loop has none).
+    EXPECT_EQ(blocks.guarded, loop_guards(c) ? kSteps * kBlocksPerStep : 0);
+    EXPECT_EQ(blocks.redone, 0);
     const HostTensor two = run_backend(c, start, 2, edq2);
     const HostTensor two_again = run_backend(c, start, 2, edq2_again);
-    for (const HostTensor* got : {&one, &two, &two_again}) {
+    for (const HostTensor* got : {static_cast<const HostTensor*>(&one), &two, &two_again}) {
       ASSERT_EQ(0, std::memcmp(got->theta.data(), want.theta.data(), kN * sizeof(bf16)));
       for (size_t j = 0; j < want.state.size(); j++) {
         ASSERT_EQ(got->state[j], want.state[j]) << "state " << j;
@@ -259,7 +284,13 @@ TEST(CpuStrategyStep, UnusualValuesGiveTheHeadersBitsWhereverTheyFall) {
     std::vector<math::EdqAccumulator> want_edq;
     const HostTensor want = run_header(c, start, want_edq);
     std::vector<EdqSums> edq;
-    const HostTensor got = run_backend(c, start, 2, edq);
+    HostTensor got;
+    const cpu::GuardedRoundingCounts blocks =
+        guarded_blocks_during([&] { got = run_backend(c, start, 2, edq); });
+    if (loop_guards(c)) {  // some blocks were redone, and the clean ones between were not
+      EXPECT_GT(blocks.redone, 0);
+      EXPECT_LT(blocks.redone, blocks.guarded / 4);
+    }
     for (int64_t i = 0; i < kN; i++) {
       ASSERT_EQ(got.theta[i].bits, want.theta[i].bits) << "θ[" << i << "]";
     }

@@ -1,6 +1,7 @@
 // The cpu backend's optimizer step: the element loop of optimizer_chunks.cpp, in the
 // compilation chosen for this CPU (optimizer_isa.h), then the EDQ's chunk sums added in chunk
 // order, so θ, the state and the sums do not depend on the thread count or the ISA.
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -23,6 +24,9 @@ const char* lane_isa();
 #endif
 
 namespace {
+
+// Every optimizer_step's blocks so far (guarded_rounding_counts).
+std::atomic<int64_t> guarded_blocks{0}, redone_blocks{0};
 
 OptimizerLoop baseline_loop() { return {"baseline", lane_isa(), &step_chunks}; }
 
@@ -89,26 +93,42 @@ std::string why_no_avx512_loop() {
 }
 
 const OptimizerLoop& chosen_optimizer_loop() { return choice().loop; }
-std::string optimizer_loop_description() { return choice().description; }
+
+std::string optimizer_loop_description() {
+  const GuardedRoundingCounts blocks = guarded_rounding_counts();
+  if (blocks.guarded == 0) return choice().description;
+  return fmt::format("{}; guarded rounding redid {} of {} blocks exactly ({:.2f}%)",
+                     choice().description, blocks.redone, blocks.guarded,
+                     100.0 * double(blocks.redone) / double(blocks.guarded));
+}
+
+GuardedRoundingCounts guarded_rounding_counts() { return {guarded_blocks, redone_blocks}; }
 
 template <typename S>
 void optimizer_step(CpuContext& cx, const OptimizerStep& step) {
   const int64_t chunks = (step.n + kOptimizerChunk - 1) / kOptimizerChunk;
-  cx.partial_sums.assign(size_t(4 * chunks), 0.0);
+  cx.partial_sums.assign(size_t(kPartialSums * chunks), 0.0);
   if (cx.reciprocal_denominator_values.empty()) {
     cx.reciprocal_denominator_values.resize(ReciprocalDenominators::kEntries);
     cx.reciprocal_denominators.values = cx.reciprocal_denominator_values.data();
   }
   chosen_optimizer_loop().step_chunks(step, is_fp32_storage<S>, cx.threads, cx.partial_sums.data(),
                                       cx.reciprocal_denominators);
-  if (!step.edq) return;
   const double* partial = cx.partial_sums.data();
+  GuardedRoundingCounts blocks;
+  for (int64_t c = 0; c < chunks; c++) {
+    blocks.guarded += int64_t(partial[kPartialSums * c + 4]);
+    blocks.redone += int64_t(partial[kPartialSums * c + 5]);
+  }
+  guarded_blocks += blocks.guarded, redone_blocks += blocks.redone;
+  if (!step.edq) return;
   EdqSums total;
   for (int64_t c = 0; c < chunks; c++) {
-    total.dot += partial[4 * c + 0];
-    total.u_squared += partial[4 * c + 1];
-    total.updated += int64_t(partial[4 * c + 2]);
-    total.lost += int64_t(partial[4 * c + 3]);
+    const double* sums = partial + kPartialSums * c;
+    total.dot += sums[0];
+    total.u_squared += sums[1];
+    total.updated += int64_t(sums[2]);
+    total.lost += int64_t(sums[3]);
   }
   *step.edq += total;
 }

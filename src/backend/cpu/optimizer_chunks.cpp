@@ -79,7 +79,12 @@ static_assert(kOptimizerChunk % cm::kLanes == 0, "only a tensor's last chunk has
 struct ChunkSums {
   double dot = 0, u_squared = 0;
   int64_t updated = 0, lost = 0;
+  int64_t guarded = 0, redone = 0;  // blocks stepped with guarded lanes; of them, redone exactly
 };
+
+// Blocks this thread has redone exactly (Bf16Adam::guarded_in_place); step_chunk takes the
+// difference over its chunk.
+thread_local int64_t blocks_redone_in_thread = 0;
 
 // Calls f(0), f(1), ..., f(N−1), unrolled at compile time: a loop over the state arrays would
 // keep their lane vectors in memory (GCC -O2 does not unroll it).
@@ -258,6 +263,7 @@ struct Bf16Adam {
       }
     }
     // Nothing was stored: the exact run loads the same values again.
+    blocks_redone_in_thread++;
     const cm::EdqLanesTerm edq = exact_in_place<Bf16Lanes>(i, step, arrays);
     cm::reg::clear_guarded_flags();
     return edq;
@@ -375,11 +381,16 @@ COLLAGE_FLATTEN ChunkSums step_chunk(const Strategy& strategy, int64_t begin, in
   // clear, and leave this thread's as they were.
   const uint32_t caller_mxcsr = cm::reg::read_mxcsr();
   cm::reg::clear_guarded_flags();
+  const int64_t redone_before = blocks_redone_in_thread;
   cm::EdqLanesAccumulator lanes;
   for (; i + cm::kLanes <= end; i += cm::kLanes)
     lanes.add(strategy.template at<typename Strategy::Lanes>(i));
   sums.dot = lanes.dot_total(), sums.u_squared = lanes.u_squared_total();
   sums.updated = lanes.updated, sums.lost = lanes.lost;
+  if constexpr (std::is_same_v<typename Strategy::Lanes, GuardedBf16Lanes>) {
+    sums.guarded = (i - begin) / cm::kLanes;
+    sums.redone = blocks_redone_in_thread - redone_before;
+  }
   cm::reg::write_mxcsr(caller_mxcsr);
 #endif
   cm::EdqAccumulator tail;
@@ -390,8 +401,8 @@ COLLAGE_FLATTEN ChunkSums step_chunk(const Strategy& strategy, int64_t begin, in
 }
 
 // Steps elements [0, n) in chunks of kOptimizerChunk, which the threads share, and writes
-// each chunk's EDQ sums to partial_sums (4 doubles per chunk: dot, u², #updated, #lost, counts
-// exact in double far beyond any tensor size).
+// each chunk's sums to partial_sums (kPartialSums doubles per chunk, optimizer_chunks.h; the
+// counts exact in double far beyond any tensor size).
 template <typename Strategy>
 void step_elements(int64_t n, int threads, double* partial_sums, const Strategy& strategy) {
   const int64_t chunks = (n + kOptimizerChunk - 1) / kOptimizerChunk;
@@ -399,10 +410,10 @@ void step_elements(int64_t n, int threads, double* partial_sums, const Strategy&
   for (int64_t c = 0; c < chunks; c++) {
     const int64_t end = (c + 1) * kOptimizerChunk < n ? (c + 1) * kOptimizerChunk : n;
     const ChunkSums sums = step_chunk(strategy, c * kOptimizerChunk, end);
-    partial_sums[4 * c + 0] = sums.dot;
-    partial_sums[4 * c + 1] = sums.u_squared;
-    partial_sums[4 * c + 2] = double(sums.updated);
-    partial_sums[4 * c + 3] = double(sums.lost);
+    double* out = partial_sums + kPartialSums * c;
+    out[0] = sums.dot, out[1] = sums.u_squared;
+    out[2] = double(sums.updated), out[3] = double(sums.lost);
+    out[4] = double(sums.guarded), out[5] = double(sums.redone);
   }
 }
 

@@ -14,6 +14,7 @@ namespace collage::cpu {
 // Elements per chunk: the unit the threads share and the EDQ's partial sums are formed over.
 // Fixed, so the sums do not depend on the thread count.
 constexpr int64_t kOptimizerChunk = 16384;
+constexpr int kPartialSums = 6;  // per chunk, written by step_chunks
 
 // One step's table of Adam's reciprocal denominators (numerics/collage_math.h,
 // adam_direction), which lets the lane loop multiply where the scalar step divides. The
@@ -31,10 +32,12 @@ struct ReciprocalDenominators {
 inline namespace COLLAGE_ISA_NAMESPACE {
 
 // Steps elements [0, step.n) of one tensor with `threads` OpenMP threads; chunk c (elements
-// [c·kOptimizerChunk, (c+1)·kOptimizerChunk)) writes its EDQ sums to partial_sums[4c..4c+3]:
-// Σ Δ·u, Σ u², #{u ≠ 0}, #{u ≠ 0, Δ = 0}. fp32_storage: param and grad are float (the
-// cpu-fp32 reference backend, fp32-master only); otherwise bf16. Arguments already checked.
-// bf16 strategies with lane vectors use (and refill when stale) `table`.
+// [c·kOptimizerChunk, (c+1)·kOptimizerChunk)) writes kPartialSums values from
+// partial_sums[kPartialSums·c]: its EDQ sums Σ Δ·u, Σ u², #{u ≠ 0}, #{u ≠ 0, Δ = 0}, then the
+// number of 64-element blocks it stepped with guarded rounding and how many of those it redid
+// exactly (optimizer_chunks.cpp, Bf16Adam::guarded_in_place). fp32_storage: param and grad are
+// float (the cpu-fp32 reference backend, fp32-master only); otherwise bf16. Arguments already
+// checked. bf16 strategies with lane vectors use (and refill when stale) `table`.
 void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums,
                  ReciprocalDenominators& table);
 

@@ -31,4 +31,13 @@ std::string why_no_avx512_loop();  // "" when the AVX-512 loop is runnable
 const OptimizerLoop& chosen_optimizer_loop();
 std::string optimizer_loop_description();
 
+// 64-element blocks the AVX-512 loop has stepped with guarded rounding since the process
+// started, and how many of them it redid exactly (docs/ARCHITECTURE.md, "The cpu optimizer").
+// optimizer_loop_description() adds them once there are any; a share far above zero means
+// values the fast rounding cannot take (NaN, ±inf, subnormals) fill the model or its state.
+struct GuardedRoundingCounts {
+  int64_t guarded = 0, redone = 0;
+};
+GuardedRoundingCounts guarded_rounding_counts();
+
 }  // namespace collage::cpu
