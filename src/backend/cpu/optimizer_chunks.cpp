@@ -378,20 +378,21 @@ COLLAGE_FLATTEN ChunkSums step_chunk(const Strategy& strategy, int64_t begin, in
   int64_t i = begin;
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
   // The guarded lanes read the exception flags (Bf16Adam::guarded_in_place): start them
-  // clear, and leave this thread's as they were.
-  const uint32_t caller_mxcsr = cm::reg::read_mxcsr();
-  cm::reg::clear_guarded_flags();
+  // clear, and leave this thread's as they were. The exact lanes leave them alone.
+  constexpr bool kGuarded = std::is_same_v<typename Strategy::Lanes, GuardedBf16Lanes>;
+  const uint32_t caller_mxcsr = kGuarded ? cm::reg::read_mxcsr() : 0;
+  if constexpr (kGuarded) cm::reg::clear_guarded_flags();
   const int64_t redone_before = blocks_redone_in_thread;
   cm::EdqLanesAccumulator lanes;
   for (; i + cm::kLanes <= end; i += cm::kLanes)
     lanes.add(strategy.template at<typename Strategy::Lanes>(i));
   sums.dot = lanes.dot_total(), sums.u_squared = lanes.u_squared_total();
   sums.updated = lanes.updated, sums.lost = lanes.lost;
-  if constexpr (std::is_same_v<typename Strategy::Lanes, GuardedBf16Lanes>) {
+  if constexpr (kGuarded) {
     sums.guarded = (i - begin) / cm::kLanes;
     sums.redone = blocks_redone_in_thread - redone_before;
+    cm::reg::write_mxcsr(caller_mxcsr);
   }
-  cm::reg::write_mxcsr(caller_mxcsr);
 #endif
   cm::EdqAccumulator tail;
   for (; i < end; i++) tail.add(strategy.template at<typename Strategy::One>(i));
