@@ -627,6 +627,9 @@ TrainResult train_ranks(const Config& config, const TrainOptions& options, Paral
     if (stop_on_signal(run, step.step, checkpointed, result)) break;
   }
   run.progress_bar->finish();
+  // Again at the end, where the cpu loop also says how many blocks it had to redo exactly.
+  if (!run.backend->optimizer_engine().empty())
+    spdlog::info("optimizer loop: {}", run.backend->optimizer_engine());
   spdlog::default_logger()->flush();  // train.log complete when train() returns
   result.last_step = run.progress.step;
   return result;
