@@ -58,8 +58,9 @@ inline void for_each_register(const F& f) {
 //   guarded  reg::rn_normal, three instructions, right for the values training meets
 //            (finite normal below 2^112, ±0). On any other value it raises an exception flag,
 //            so the caller runs the block guarded first and redoes it exactly if a flag
-//            is up (backend/cpu/optimizer_chunks.cpp, step_in_place; docs/ARCHITECTURE.md,
-//            "The cpu optimizer").
+//            is up (backend/cpu/optimizer_chunks.cpp, guarded_in_place; docs/ARCHITECTURE.md,
+//            "The cpu optimizer"). rn_expect_exact does not round at all: it records the
+//            value, and the caller redoes the block if one was not a bf16.
 enum class LaneRounding { exact, guarded };
 
 template <LaneRounding R>
@@ -118,6 +119,18 @@ struct F32LanesOf {
     });
     return out;
   }
+  // rn of a value its line makes a bf16 already (bf16_math.h): guarded lanes keep x as it is
+  // and record its bits, which the caller checks with the flags (lane_registers.h,
+  // expected_exact_bits); exact lanes round it.
+  friend Bf16LanesOf<R> rn_expect_exact(F32LanesOf x) {
+    if constexpr (R == LaneRounding::exact) {
+      return rn(x);
+    } else {
+      Bf16LanesOf<R> out;
+      for_each_register([&](int k) { reg::record_expected_exact(out.r[k] = x.r[k]); });
+      return out;
+    }
+  }
 };
 
 // kLanes bf16 values, each kept as the fp32 of the same value. Converts implicitly from a
@@ -142,6 +155,9 @@ struct Bf16LanesOf {
   }
   friend Bf16LanesOf sub_rn(Bf16LanesOf a, Bf16LanesOf b) {
     return rn(f32_sub(to_f32(a), to_f32(b)));
+  }
+  friend Bf16LanesOf sub_rn_expect_exact(Bf16LanesOf a, Bf16LanesOf b) {
+    return rn_expect_exact(f32_sub(to_f32(a), to_f32(b)));
   }
   friend Bf16LanesOf mul_rn(Bf16LanesOf a, Bf16LanesOf b) {
     return rn(f32_mul(to_f32(a), to_f32(b)));

@@ -153,6 +153,15 @@ COLLAGE_HD inline bfloat sqrt_rn(bfloat a) { return rn(f32_sqrt(to_f32(a))); }
 COLLAGE_HD inline bfloat fma_rn(bfloat a, bfloat b, bfloat c) {
   return rn(f32_fma(to_f32(a), to_f32(b), to_f32(c)));
 }
+// rn(x) where the line's algorithm makes x a bf16 already: an error-free transformation's
+// error term (mcf_math.h: Fast2Sum's s − a and b − (s − a), TwoProd's a·b − p), which is a
+// bf16 under the transformation's condition. The same bits as rn for every x; the name says
+// what the line expects, and the cpu loop's guarded lanes skip the rounding and check that x
+// was a bf16 instead (bf16_lanes.h).
+COLLAGE_HD inline bfloat rn_expect_exact(float x) { return rn(x); }
+COLLAGE_HD inline bfloat sub_rn_expect_exact(bfloat a, bfloat b) {
+  return rn_expect_exact(f32_sub(to_f32(a), to_f32(b)));
+}
 COLLAGE_HD inline bfloat neg(bfloat a) { return bf16_from_bits(uint16_t(bf16_bits(a) ^ 0x8000u)); }
 // table[b] for the 16 bits b of x: a per-step function of a bf16 value, tabulated (host only;
 // collage_math.h's adam_direction).

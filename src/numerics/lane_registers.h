@@ -45,6 +45,11 @@ inline F32 negate(F32 a) {  // flips the sign bit, NaN included
   return _mm512_castsi512_ps(
       _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int(0x80000000u))));
 }
+inline F32 zero_f32() { return _mm512_setzero_ps(); }
+// Whether any lane has a bit set in its low 16 bits (a lane that is not a bf16).
+inline bool any_low_half(F32 x) {
+  return _mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(0xffff)) != 0;
+}
 
 // kWidth bf16 at p (no alignment needed) as the fp32 of the same value; store_bf16_pair is the
 // way back, two registers at a time, which must hold bf16 values (low 16 bits zero).
@@ -163,6 +168,10 @@ inline F32 sqrt(F32 a) { return _mm256_sqrt_ps(a); }
 inline F32 fma(F32 a, F32 b, F32 c) { return _mm256_fmadd_ps(a, b, c); }
 inline F32 bitwise_or(F32 a, F32 b) { return _mm256_or_ps(a, b); }
 inline F32 negate(F32 a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+inline F32 zero_f32() { return _mm256_setzero_ps(); }
+inline bool any_low_half(F32 x) {
+  return !_mm256_testz_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0xffff));
+}
 
 inline F32 load_bf16(const uint16_t* p) {
   const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -272,6 +281,19 @@ inline void clear_guarded_flags() { write_mxcsr(read_mxcsr() & ~kGuardedFlags); 
 inline uint32_t guarded_flags() { return read_mxcsr() & kGuardedFlags; }
 // x is computed before any asm volatile that follows (guarded_flags).
 inline void settle(F32& x) { asm volatile("" : "+v"(x)); }
+
+// ---- beside them, a flag of our own: values that were to be bf16 already ----
+// rn_expect_exact on guarded lanes (bf16_lanes.h) keeps a value that its line's algorithm makes
+// a bf16 (an error-free transformation's error term) instead of rounding it, and ORs the
+// value's bits in here. A bit in some lane's low half then means that one of them was not a
+// bf16, so rn would have changed it, and the guarded computation is redone exactly. Per thread,
+// like MXCSR; within a block the compiler keeps it in a register.
+inline thread_local F32 expected_exact_bits;
+inline void clear_expected_exact() { expected_exact_bits = zero_f32(); }
+inline void record_expected_exact(F32 x) {
+  expected_exact_bits = bitwise_or(expected_exact_bits, x);
+}
+inline bool expected_exact_failed() { return any_low_half(expected_exact_bits); }
 
 }  // namespace reg
 }  // namespace COLLAGE_ISA_NAMESPACE

@@ -37,11 +37,12 @@ struct McfOf {
 };
 using Mcf = McfOf<bfloat>;
 
-// Fast2Sum(a, b): s = rn(a+b); e = rn(b − rn(s−a)).
+// Fast2Sum(a, b): s = rn(a+b); e = rn(b − rn(s−a)). Both differences are bf16 under the
+// condition above, so their roundings are written rn_expect_exact (bf16_math.h): the same bits.
 template <typename B>
 COLLAGE_HD inline McfOf<B> fast2sum(B a, B b) {
   const B s = add_rn(a, b);
-  const B e = sub_rn(b, sub_rn(s, a));
+  const B e = sub_rn_expect_exact(b, sub_rn_expect_exact(s, a));
   return {s, e};
 }
 
@@ -49,17 +50,21 @@ COLLAGE_HD inline McfOf<B> fast2sum(B a, B b) {
 template <typename B>
 COLLAGE_HD inline McfOf<B> two_prod(B a, B b) {
   const B p = mul_rn(a, b);
-  const B e = rn(f32_fma(to_f32(a), to_f32(b), -to_f32(p)));
+  const B e = rn_expect_exact(f32_fma(to_f32(a), to_f32(b), -to_f32(p)));
   return {p, e};
 }
 
-// Grow((x, δx), u): add a bf16 value to an MCF, then renormalise.
+// Grow((x, δx), u): add a bf16 value to an MCF, then renormalise. The renormalisation's error
+// terms are rn_expect_exact, as in fast2sum: there δx is about an ulp of s at most, unless
+// x + u cancels, so they are bf16. The first Fast2Sum's are not: in training, u outgrows
+// weights near zero often enough that the cpu loop would redo blocks exactly (bf16_lanes.h)
+// more than it gained (collage-plus, 120 steps of the demo GPT: 19% of the blocks; none so).
 template <typename B>
 COLLAGE_HD inline McfOf<B> grow(McfOf<B> v, B u) {
   const B s = add_rn(v.x, u);
   B dx = add_rn(v.dx, sub_rn(u, sub_rn(s, v.x)));  // the rounding error of x+u joins δx
   const B x = add_rn(s, dx);
-  dx = sub_rn(dx, sub_rn(x, s));  // Fast2Sum(s, δx) renormalisation
+  dx = sub_rn_expect_exact(dx, sub_rn_expect_exact(x, s));  // Fast2Sum(s, δx) renormalisation
   return {x, dx};
 }
 
@@ -68,12 +73,12 @@ COLLAGE_HD inline McfOf<B> grow(McfOf<B> v, B u) {
 template <typename B>
 COLLAGE_HD inline McfOf<B> mult(McfOf<B> v, bfloat bh, bfloat bl) {
   const B p = mul_rn(v.x, B(bh));
-  const B e = rn(f32_fma(to_f32(v.x), to_f32(bh), -to_f32(p)));  // exact product error
+  const B e = rn_expect_exact(f32_fma(to_f32(v.x), to_f32(bh), -to_f32(p)));  // TwoProd's error
   B dx = mul_rn(v.dx, B(bh));
   dx = fma_rn(v.x, B(bl), dx);  // x·bl added to δx
   dx = add_rn(dx, e);
   const B x = add_rn(p, dx);
-  dx = sub_rn(dx, sub_rn(x, p));
+  dx = sub_rn_expect_exact(dx, sub_rn_expect_exact(x, p));  // Fast2Sum(p, δx)
   return {x, dx};
 }
 

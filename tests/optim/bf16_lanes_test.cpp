@@ -172,6 +172,51 @@ TEST(Bf16Lanes, GuardedRnIsRnOrRaisesAFlag) {
   EXPECT_GT(flagged + found_first, 1000);  // the subnormals, huge values and infinities
 }
 
+// rn_expect_exact (bf16_math.h): rn itself on exact lanes. Guarded lanes keep the value and
+// record it, and the block's record says "failed" exactly when some lane was not a bf16,
+// which is when rn would have changed it; NaN aside, which the guarded loop never lets
+// through (an exception flag or unusual_bits).
+TEST(Bf16Lanes, RnExpectExactIsRnOrSaysItWasNot) {
+  std::mt19937_64 r(12);
+  std::vector<float> inputs;
+  for (uint32_t high = 0; high < 65536; high++) {
+    for (uint32_t low : {0x0000u, 0x0000u, 0x0001u, 0x8000u, 0xffffu}) {
+      inputs.push_back(from_bits32(high << 16 | low));
+    }
+  }
+  std::shuffle(inputs.begin(), inputs.end(), r);
+  // Whole blocks of bf16 values too, which must not be recorded as failures.
+  for (int i = 0; i < 1000 * kLanes; i++) inputs.push_back(from_bits32(uint32_t(r()) << 16));
+  inputs.resize(inputs.size() / kLanes * kLanes);
+  int64_t passed = 0, failed = 0;
+  for (size_t i = 0; i < inputs.size(); i += kLanes) {
+    const float* x = &inputs[i];
+    const std::vector<uint16_t> exact = bits_of_lanes(rn_expect_exact(math::load_f32_lanes(x)));
+    math::reg::clear_expected_exact();
+    float kept[kLanes];
+    const auto guarded = math::load_f32_lanes<math::LaneRounding::guarded>(x);
+    math::store_f32_lanes(kept, to_f32(rn_expect_exact(guarded)));
+    bool all_bf16 = true;
+    for (int k = 0; k < kLanes; k++) {
+      ASSERT_EQ(exact[k], math::bf16_bits(math::rn(x[k]))) << std::hex << "0x" << bits32(x[k]);
+      ASSERT_EQ(bits32(kept[k]), bits32(x[k]));
+      all_bf16 &= (bits32(x[k]) & 0xffffu) == 0;
+    }
+    ASSERT_EQ(math::reg::expected_exact_failed(), !all_bf16) << "block " << i / kLanes;
+    if (!all_bf16) {
+      failed++;
+      continue;
+    }
+    passed++;
+    for (int k = 0; k < kLanes; k++) {
+      if (std::isnan(x[k])) continue;
+      ASSERT_EQ(bits32(kept[k]) >> 16, exact[k]) << std::hex << "0x" << bits32(x[k]);
+    }
+  }
+  EXPECT_GE(passed, 1000);  // the blocks of bf16 values
+  EXPECT_GT(failed, 1000);
+}
+
 TEST(Bf16Lanes, Fp32OperationsMatchScalar) {
   std::mt19937_64 r(2);
   constexpr int kGroups = 40000;

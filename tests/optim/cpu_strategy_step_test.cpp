@@ -304,6 +304,49 @@ TEST(CpuStrategyStep, UnusualValuesGiveTheHeadersBitsWhereverTheyFall) {
   }
 }
 
+// The MCF strategies' renormalisations do not round in the lane loop: their error terms are
+// checked to be bf16 already (rn_expect_exact, numerics/bf16_math.h), and a block where one
+// is not is redone exactly. The MCFs the strategies make always pass; a state read from
+// elsewhere need not be renormalised, and then they fail: (x, δx) = (1 + 2^-7, 3) gives
+// x' − s = 3 − 2^-7, nine bits. Such pairs in (θ, δθ) and, for collage-plus, (v, δv), about
+// one block in eight: every bit as the header's, and those blocks redone.
+TEST(CpuStrategyStep, McfsThatAreNotRenormalisedGiveTheHeadersBits) {
+  const uint16_t high = 0x3f81, low = 0x4040;  // 1 + 2^-7, 3
+  uint64_t seed = 300;
+  for (const Case& c : all_cases()) {
+    const bool plus = c.precision == Precision::collage_plus;
+    if (!plus && c.precision != Precision::collage_light) continue;
+    SCOPED_TRACE(describe(c));
+    HostTensor start = make_tensor(c, seed++);
+    int n = 0;
+    for (int64_t i = 37; i < kN; i += 500, n++) {
+      if (plus && n % 2 == 1) {  // state {m, v, δθ, δv}
+        std::memcpy(&start.state[1][2 * i], &high, 2);
+        std::memcpy(&start.state[3][2 * i], &low, 2);
+      } else {
+        start.theta[i].bits = high;
+        std::memcpy(&start.state[2][2 * i], &low, 2);
+      }
+    }
+    std::vector<math::EdqAccumulator> want_edq;
+    const HostTensor want = run_header(c, start, want_edq);
+    std::vector<EdqSums> edq;
+    HostTensor got;
+    const cpu::GuardedRoundingCounts blocks =
+        guarded_blocks_during([&] { got = run_backend(c, start, 2, edq); });
+    if (loop_guards(c)) {
+      EXPECT_GT(blocks.redone, 0);
+      EXPECT_LT(blocks.redone, blocks.guarded / 4);
+    }
+    for (int64_t i = 0; i < kN; i++) {
+      ASSERT_EQ(got.theta[i].bits, want.theta[i].bits) << "θ[" << i << "]";
+    }
+    for (size_t j = 0; j < want.state.size(); j++) {
+      ASSERT_EQ(got.state[j], want.state[j]) << "state " << j;
+    }
+  }
+}
+
 // Clipping fused into the step (OptimizerStep::grad_scale) gives the bits of Backend::scale on
 // the gradient first, for every strategy, on the lane path and the scalar tail, its EDQ sums
 // included; a factor that rounds some products to subnormals and one that leaves every

@@ -28,7 +28,9 @@
 // rn (bf16_lanes.h, LaneRounding::guarded), which gives rn's bits for the values training
 // meets and raises an exception flag, or meets a NaN found first, for the others; such a block
 // is stepped again with the exact rn before anything is stored (Bf16Adam::guarded_in_place;
-// docs/ARCHITECTURE.md, "The cpu optimizer").
+// docs/ARCHITECTURE.md, "The cpu optimizer"). The error terms of the MCF strategies'
+// renormalisations and TwoProds (rn_expect_exact) are not rounded at all there, only checked
+// to be bf16 already.
 //
 // Dividing by multiplying: with lane vectors, the bf16 strategies' Adam direction multiplies by
 // a per-step table of reciprocal denominators instead of dividing, with the same bits
@@ -244,8 +246,9 @@ struct Bf16Adam {
   // bits, else with the exact one (docs/ARCHITECTURE.md, "The cpu optimizer"). A block whose
   // loaded values hold a NaN (or, found as cheaply with AVX-512, an ±inf or a subnormal) goes
   // exact at once. Otherwise it runs guarded, and if an exception flag went up (a value that
-  // the guarded rn may not round right met it), the results are dropped and the block runs
-  // again exactly from the same loaded values. Nothing is stored before that choice.
+  // the guarded rn may not round right met it) or a value kept unrounded by rn_expect_exact
+  // was not a bf16, the results are dropped and the block runs again exactly from the same
+  // loaded values. Nothing is stored before that choice.
   // step_chunk clears the flags when it starts; every exact run clears them after it.
   template <typename Step, size_t N>
   auto guarded_in_place(int64_t i, const Step& step, const std::array<bf16*, N>& arrays) const {
@@ -255,9 +258,10 @@ struct Bf16Adam {
     unsigned unusual = unusual_bits(g);
     unrolled<N>([&](size_t a) { load(x[a], arrays[a] + i), unusual |= unusual_bits(x[a]); });
     if (!unusual) {
+      cm::reg::clear_expected_exact();
       cm::EdqLanesTerm edq = step_with(step, scaled_gradient(g, grad_scale), x);
       settle_all(x, edq);
-      if (!cm::reg::guarded_flags()) {
+      if (!cm::reg::guarded_flags() && !cm::reg::expected_exact_failed()) {
         unrolled<N>([&](size_t a) { store(arrays[a] + i, x[a]); });
         return edq;
       }
