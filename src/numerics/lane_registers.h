@@ -201,8 +201,8 @@ inline F32 rn(F32 x) {
   return _mm256_blendv_ps(rounded, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff0000)), nan);
 }
 
-// rn_normal as above; the sign goes back with an and and an or. The AVX2 loop does not use it
-// (optimizer_chunks.cpp, Bf16Adam::Lanes says why); the lane types need it on both ISAs.
+// rn_normal as above; the sign goes back with an and and an or. The AVX2 loop uses it for
+// collage-plus only (optimizer_chunks.cpp, Bf16Adam::Lanes says why).
 inline F32 rn_normal(F32 x) {
   const __m256 g = _mm256_mul_ps(x, _mm256_set1_ps(65535.0f));
   const __m256 h = _mm256_fmsub_ps(_mm256_set1_ps(65536.0f), x, g);
@@ -267,9 +267,10 @@ inline unsigned zero_bits(F64 x) {
 // ---- the exception flags that rn_normal raises (MXCSR, per thread) ----
 // IE (invalid), DE (denormal operand) and OE (overflow); the others (precision, underflow,
 // divide by zero) do not mean that an rn_normal was wrong. A guarded computation clears them,
-// computes, makes every result exist (settle), then reads them: asm volatile keeps that order,
-// which the compiler could otherwise change, since it does not treat floating-point operations as
-// writing the flags.
+// computes, stores its results, then reads them. The compiler does not treat floating-point
+// operations as writing the flags, so only the stores keep that order: the read is an asm
+// volatile that clobbers memory, so every store, and so every operation it stores the result
+// of, comes before it. A result that is not stored may be computed after the read.
 constexpr uint32_t kGuardedFlags = 0x1 | 0x2 | 0x8;
 inline uint32_t read_mxcsr() {
   uint32_t csr;
@@ -279,8 +280,6 @@ inline uint32_t read_mxcsr() {
 inline void write_mxcsr(uint32_t csr) { asm volatile("vldmxcsr %0" : : "m"(csr) : "memory"); }
 inline void clear_guarded_flags() { write_mxcsr(read_mxcsr() & ~kGuardedFlags); }
 inline uint32_t guarded_flags() { return read_mxcsr() & kGuardedFlags; }
-// x is computed before any asm volatile that follows (guarded_flags).
-inline void settle(F32& x) { asm volatile("" : "+v"(x)); }
 
 // ---- beside them, a flag of our own: values that were to be bf16 already ----
 // rn_expect_exact on guarded lanes (bf16_lanes.h) keeps a value that its line's algorithm makes

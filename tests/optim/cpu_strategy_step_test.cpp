@@ -190,8 +190,9 @@ HostTensor run_header(const Case& c, HostTensor h, std::vector<math::EdqAccumula
 constexpr int64_t kBlocksPerStep =
     kN / cpu::kOptimizerChunk * (cpu::kOptimizerChunk / 64) + kN % cpu::kOptimizerChunk / 64;
 
-// The blocks stepped with guarded rounding during f(), and of them those redone exactly. Only
-// the AVX-512 loop guards (docs/ARCHITECTURE.md, "The cpu optimizer").
+// The blocks stepped with guarded rounding during f(), and of them those redone exactly. The
+// AVX-512 loop guards every bf16-state strategy, the AVX2 one collage-plus only
+// (docs/ARCHITECTURE.md, "The cpu optimizer").
 template <typename F>
 cpu::GuardedRoundingCounts guarded_blocks_during(const F& f) {
   const cpu::GuardedRoundingCounts before = cpu::guarded_rounding_counts();
@@ -200,7 +201,9 @@ cpu::GuardedRoundingCounts guarded_blocks_during(const F& f) {
   return {after.guarded - before.guarded, after.redone - before.redone};
 }
 bool loop_guards(const Case& c) {
-  return cpu::chosen_optimizer_loop().isa == "AVX-512" && c.precision != Precision::fp32_master;
+  const std::string& isa = cpu::chosen_optimizer_loop().isa;
+  if (isa == "AVX-512") return c.precision != Precision::fp32_master;
+  return isa == "AVX2" && c.precision == Precision::collage_plus;
 }
 
 bool same_edq_bits(const EdqSums& a, const EdqSums& b) {

@@ -24,13 +24,13 @@
 // compilations give the same bits: the same operations per lane, and the EDQ lane sums of the
 // same 64 lanes added in the same order.
 //
-// Rounding in three instructions: the bf16 strategies step their lane vectors with the guarded
-// rn (bf16_lanes.h, LaneRounding::guarded), which gives rn's bits for the values training
-// meets and raises an exception flag, or meets a NaN found first, for the others; such a block
-// is stepped again with the exact rn before anything is stored (Bf16Adam::guarded_in_place;
-// docs/ARCHITECTURE.md, "The cpu optimizer"). The error terms of the MCF strategies'
-// renormalisations and TwoProds (rn_expect_exact) are not rounded at all there, only checked
-// to be bf16 already.
+// Rounding in three instructions: the bf16 strategies (with AVX2, collage-plus only) step their
+// lane vectors with the guarded rn (bf16_lanes.h, LaneRounding::guarded), which gives rn's bits
+// for the values training meets and raises an exception flag, or meets a NaN found first, for
+// the others; such a block is put back as it was and stepped again with the exact rn
+// (Bf16Adam::guarded_in_place; docs/ARCHITECTURE.md, "The cpu optimizer"). The error terms of
+// the MCF strategies' renormalisations and TwoProds (rn_expect_exact) are not rounded at all
+// there, only checked to be bf16 already.
 //
 // Dividing by multiplying: with lane vectors, the bf16 strategies' Adam direction multiplies by
 // a per-step table of reciprocal denominators instead of dividing, with the same bits
@@ -46,6 +46,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -129,18 +130,6 @@ using Bf16Lanes = cm::Bf16Lanes;
 using GuardedBf16Lanes = cm::GuardedBf16Lanes;
 using F32Lanes = cm::F32Lanes;
 
-// Every register of x and of the EDQ term is computed before the exception flags are read:
-// their bitwise or is made to exist before any asm volatile that follows.
-template <typename Lanes, size_t N>
-void settle_all(const std::array<Lanes, N>& x, const cm::EdqLanesTerm& term) {
-  cm::reg::F32 all = term.u.r[0];
-  auto include = [&](const auto& lanes) {
-    cm::for_each_register([&](int k) { all = cm::reg::bitwise_or(all, lanes.r[k]); });
-  };
-  unrolled<N>([&](size_t a) { include(x[a]); });
-  include(term.u), include(term.after), include(term.before);
-  cm::reg::settle(all);
-}
 // Bit i set where lane i of a register of x is NaN (or, with AVX-512, ±inf or subnormal).
 template <typename Lanes>
 unsigned unusual_bits(const Lanes& x) {
@@ -196,9 +185,10 @@ inline void load_gradient(F32Lanes& g, const float* p, float c) {
 // What every bf16-state strategy has: θ, g, m, v and the step's scalars, and the walk from
 // the storage to the step and back (in_place).
 struct Bf16Adam {
-  // Guarded lanes with AVX-512 only. AVX2's 16 registers cannot hold a block's results until
-  // the flags are read, and the spills cost more than the cheaper rn saves (measured on Zen 4:
-  // 4–25% slower than exact lanes), so the AVX2 loop rounds exactly.
+  // Guarded lanes with AVX-512; with AVX2 only for collage-plus (CollagePlusStep). AVX2's 16
+  // registers spill where AVX-512's 32 do not, and the guarded loop costs more than the cheaper
+  // rn saves except where it saves the most (on Zen 4, in cache: collage-plus 1.10× faster,
+  // the others 5–10% slower).
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
   using Lanes = std::conditional_t<cm::reg::kWidth == 16, GuardedBf16Lanes, Bf16Lanes>;
 #else
@@ -245,11 +235,15 @@ struct Bf16Adam {
   // kLanes elements, with the three-instruction rn (GuardedBf16Lanes) where that gives rn's
   // bits, else with the exact one (docs/ARCHITECTURE.md, "The cpu optimizer"). A block whose
   // loaded values hold a NaN (or, found as cheaply with AVX-512, an ±inf or a subnormal) goes
-  // exact at once. Otherwise it runs guarded, and if an exception flag went up (a value that
-  // the guarded rn may not round right met it) or a value kept unrounded by rn_expect_exact
-  // was not a bf16, the results are dropped and the block runs again exactly from the same
-  // loaded values. Nothing is stored before that choice.
-  // step_chunk clears the flags when it starts; every exact run clears them after it.
+  // exact at once. Otherwise it runs guarded and stores its results, keeping a copy of what
+  // they overwrote. If an exception flag went up (a value that the guarded rn may not round
+  // right met it) or a value kept unrounded by rn_expect_exact was not a bf16, the copy goes
+  // back and the block runs again exactly from the same values.
+  // The flags are read after the stores, and reading them clobbers memory (reg::read_mxcsr), so
+  // the compiler emits every store before the read, and with it every operation whose result
+  // is stored. All of the step's operations are: each ends in θ or the state, the EDQ term's u
+  // too. (Storing only after the check kept all of a block's results in registers until then:
+  // 2–10% slower.) step_chunk clears the flags when it starts; every exact run clears them.
   template <typename Step, size_t N>
   auto guarded_in_place(int64_t i, const Step& step, const std::array<bf16*, N>& arrays) const {
     GuardedBf16Lanes g;
@@ -258,15 +252,14 @@ struct Bf16Adam {
     unsigned unusual = unusual_bits(g);
     unrolled<N>([&](size_t a) { load(x[a], arrays[a] + i), unusual |= unusual_bits(x[a]); });
     if (!unusual) {
+      uint16_t before[N][cm::kLanes];  // the stored bits the results overwrite
+      unrolled<N>([&](size_t a) { std::memcpy(before[a], arrays[a] + i, sizeof before[a]); });
       cm::reg::clear_expected_exact();
-      cm::EdqLanesTerm edq = step_with(step, scaled_gradient(g, grad_scale), x);
-      settle_all(x, edq);
-      if (!cm::reg::guarded_flags() && !cm::reg::expected_exact_failed()) {
-        unrolled<N>([&](size_t a) { store(arrays[a] + i, x[a]); });
-        return edq;
-      }
+      const cm::EdqLanesTerm edq = step_with(step, scaled_gradient(g, grad_scale), x);
+      unrolled<N>([&](size_t a) { store(arrays[a] + i, x[a]); });
+      if (!cm::reg::guarded_flags() && !cm::reg::expected_exact_failed()) return edq;
+      unrolled<N>([&](size_t a) { std::memcpy(arrays[a] + i, before[a], sizeof before[a]); });
     }
-    // Nothing was stored: the exact run loads the same values again.
     blocks_redone_in_thread++;
     const cm::EdqLanesTerm edq = exact_in_place<Bf16Lanes>(i, step, arrays);
     cm::reg::clear_guarded_flags();
@@ -300,6 +293,9 @@ struct CollageLightStep : Bf16Adam {
 
 // collage-plus: state {m, v, δθ, δv}.
 struct CollagePlusStep : Bf16Adam {
+#ifdef COLLAGE_CPU_OPTIMIZER_LANES
+  using Lanes = GuardedBf16Lanes;  // on AVX2 too (Bf16Adam::Lanes says why)
+#endif
   bf16 *dtheta, *dv;
   bool reference_quirk;
   template <typename B>
