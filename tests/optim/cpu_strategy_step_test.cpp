@@ -253,6 +253,31 @@ TEST(CpuStrategyStep, MatchesTheHeaderBitForBitWithDeterministicEdq) {
   }
 }
 
+// `start` stepped by the backend (2 threads) and by the header: θ, the state and the EDQ counts
+// bit for bit; where the loop guards, some blocks redone and most not.
+void expect_headers_bits_with_some_blocks_redone(const Case& c, const HostTensor& start) {
+  std::vector<math::EdqAccumulator> want_edq;
+  const HostTensor want = run_header(c, start, want_edq);
+  std::vector<EdqSums> edq;
+  HostTensor got;
+  const cpu::GuardedRoundingCounts blocks =
+      guarded_blocks_during([&] { got = run_backend(c, start, 2, edq); });
+  if (loop_guards(c)) {  // some blocks were redone, and the clean ones between were not
+    EXPECT_GT(blocks.redone, 0);
+    EXPECT_LT(blocks.redone, blocks.guarded / 4);
+  }
+  for (int64_t i = 0; i < kN; i++) {
+    ASSERT_EQ(got.theta[i].bits, want.theta[i].bits) << "θ[" << i << "]";
+  }
+  for (size_t j = 0; j < want.state.size(); j++) {
+    ASSERT_EQ(got.state[j], want.state[j]) << "state " << j;
+  }
+  for (int k = 0; k < kSteps; k++) {
+    EXPECT_EQ(edq[k].updated, want_edq[k].updated) << "step " << k;
+    EXPECT_EQ(edq[k].lost, want_edq[k].lost) << "step " << k;
+  }
+}
+
 // The lane loop rounds with three instructions where that gives rn's bits and redoes a block
 // exactly where it may not (Bf16Adam::guarded_in_place in backend/cpu/optimizer_chunks.cpp): a
 // NaN, ±inf or subnormal among the loaded values, or an exception flag raised on the way (g²
@@ -284,26 +309,7 @@ TEST(CpuStrategyStep, UnusualValuesGiveTheHeadersBitsWhereverTheyFall) {
         std::memcpy(&start.state[component - 2][2 * i], &bits, 2);
       }
     }
-    std::vector<math::EdqAccumulator> want_edq;
-    const HostTensor want = run_header(c, start, want_edq);
-    std::vector<EdqSums> edq;
-    HostTensor got;
-    const cpu::GuardedRoundingCounts blocks =
-        guarded_blocks_during([&] { got = run_backend(c, start, 2, edq); });
-    if (loop_guards(c)) {  // some blocks were redone, and the clean ones between were not
-      EXPECT_GT(blocks.redone, 0);
-      EXPECT_LT(blocks.redone, blocks.guarded / 4);
-    }
-    for (int64_t i = 0; i < kN; i++) {
-      ASSERT_EQ(got.theta[i].bits, want.theta[i].bits) << "θ[" << i << "]";
-    }
-    for (size_t j = 0; j < want.state.size(); j++) {
-      ASSERT_EQ(got.state[j], want.state[j]) << "state " << j;
-    }
-    for (int k = 0; k < kSteps; k++) {
-      EXPECT_EQ(edq[k].updated, want_edq[k].updated) << "step " << k;
-      EXPECT_EQ(edq[k].lost, want_edq[k].lost) << "step " << k;
-    }
+    expect_headers_bits_with_some_blocks_redone(c, start);
   }
 }
 
@@ -331,22 +337,7 @@ TEST(CpuStrategyStep, McfsThatAreNotRenormalisedGiveTheHeadersBits) {
         std::memcpy(&start.state[2][2 * i], &low, 2);
       }
     }
-    std::vector<math::EdqAccumulator> want_edq;
-    const HostTensor want = run_header(c, start, want_edq);
-    std::vector<EdqSums> edq;
-    HostTensor got;
-    const cpu::GuardedRoundingCounts blocks =
-        guarded_blocks_during([&] { got = run_backend(c, start, 2, edq); });
-    if (loop_guards(c)) {
-      EXPECT_GT(blocks.redone, 0);
-      EXPECT_LT(blocks.redone, blocks.guarded / 4);
-    }
-    for (int64_t i = 0; i < kN; i++) {
-      ASSERT_EQ(got.theta[i].bits, want.theta[i].bits) << "θ[" << i << "]";
-    }
-    for (size_t j = 0; j < want.state.size(); j++) {
-      ASSERT_EQ(got.state[j], want.state[j]) << "state " << j;
-    }
+    expect_headers_bits_with_some_blocks_redone(c, start);
   }
 }
 
