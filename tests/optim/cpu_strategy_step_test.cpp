@@ -97,7 +97,8 @@ enum class Clipping { none, scale_first, fused };
 // Runs kSteps of the backend on a copy of h; returns the final host tensor and EDQ sums. With
 // clipping, every step's gradient is scaled by `factor`: by Backend::scale before the step, or
 // by the step itself (OptimizerStep::grad_scale).
-HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<EdqSums>& edq,
+// edq: each step's EDQ sums, or null to ask for none (OptimizerStep::edq).
+HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<EdqSums>* edq,
                        Clipping clipping = Clipping::none, float factor = 1.0f) {
   auto backend = make_cpu_backend(threads);
   const size_t nbytes = kN * sizeof(bf16);
@@ -109,7 +110,7 @@ HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<Edq
     state.push_back(backend->allocate(s.size()));
     backend->copy_to_device(state.back(), s.data(), s.size());
   }
-  edq.assign(kSteps, EdqSums{});
+  if (edq) edq->assign(kSteps, EdqSums{});
   for (int k = 0; k < kSteps; k++) {
     backend->copy_to_device(grad, h.grads[k].data(), nbytes);
     if (clipping == Clipping::scale_first) backend->scale(static_cast<bf16*>(grad), factor, kN);
@@ -117,7 +118,7 @@ HostTensor run_backend(const Case& c, HostTensor h, int threads, std::vector<Edq
     if (clipping == Clipping::fused) s.grad_scale = factor;
     s.param = theta, s.grad = grad;
     for (size_t j = 0; j < state.size(); j++) s.state[j] = state[j];
-    s.edq = &edq[k];
+    s.edq = edq ? &(*edq)[k] : nullptr;
     backend->optimizer_step(s);
   }
   backend->copy_to_host(h.theta.data(), theta, nbytes);
@@ -228,13 +229,15 @@ TEST(CpuStrategyStep, MatchesTheHeaderBitForBitWithDeterministicEdq) {
     std::vector<EdqSums> edq1, edq2, edq2_again;
     HostTensor one;
     const cpu::GuardedRoundingCounts blocks =
-        guarded_blocks_during([&] { one = run_backend(c, start, 1, edq1); });
+        guarded_blocks_during([&] { one = run_backend(c, start, 1, &edq1); });
     // Ordinary values: every block takes the fast rounding (and none if the loop has none).
     EXPECT_EQ(blocks.guarded, loop_guards(c) ? kSteps * kBlocksPerStep : 0);
     EXPECT_EQ(blocks.redone, 0);
-    const HostTensor two = run_backend(c, start, 2, edq2);
-    const HostTensor two_again = run_backend(c, start, 2, edq2_again);
-    for (const HostTensor* got : {static_cast<const HostTensor*>(&one), &two, &two_again}) {
+    const HostTensor two = run_backend(c, start, 2, &edq2);
+    const HostTensor two_again = run_backend(c, start, 2, &edq2_again);
+    const HostTensor without_edq = run_backend(c, start, 2, nullptr);  // a loop of its own
+    for (const HostTensor* got :
+         {static_cast<const HostTensor*>(&one), &two, &two_again, &without_edq}) {
       ASSERT_EQ(0, std::memcmp(got->theta.data(), want.theta.data(), kN * sizeof(bf16)));
       for (size_t j = 0; j < want.state.size(); j++) {
         ASSERT_EQ(got->state[j], want.state[j]) << "state " << j;
@@ -261,7 +264,7 @@ void expect_headers_bits_with_some_blocks_redone(const Case& c, const HostTensor
   std::vector<EdqSums> edq;
   HostTensor got;
   const cpu::GuardedRoundingCounts blocks =
-      guarded_blocks_during([&] { got = run_backend(c, start, 2, edq); });
+      guarded_blocks_during([&] { got = run_backend(c, start, 2, &edq); });
   if (loop_guards(c)) {  // some blocks were redone, and the clean ones between were not
     EXPECT_GT(blocks.redone, 0);
     EXPECT_LT(blocks.redone, blocks.guarded / 4);
@@ -353,8 +356,8 @@ TEST(CpuStrategyStep, FusedClippingIsScaleThenStep) {
     for (float factor : {0.37f, 3e-35f, 1.0f - 0x1p-24f}) {
       SCOPED_TRACE(factor);
       std::vector<EdqSums> first_edq, fused_edq;
-      const HostTensor first = run_backend(c, start, 2, first_edq, Clipping::scale_first, factor);
-      const HostTensor fused = run_backend(c, start, 2, fused_edq, Clipping::fused, factor);
+      const HostTensor first = run_backend(c, start, 2, &first_edq, Clipping::scale_first, factor);
+      const HostTensor fused = run_backend(c, start, 2, &fused_edq, Clipping::fused, factor);
       ASSERT_EQ(0, std::memcmp(fused.theta.data(), first.theta.data(), kN * sizeof(bf16)));
       for (size_t j = 0; j < first.state.size(); j++)
         ASSERT_EQ(fused.state[j], first.state[j]) << "state " << j;
