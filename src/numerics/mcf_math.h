@@ -54,32 +54,27 @@ COLLAGE_HD inline McfOf<B> two_prod(B a, B b) {
   return {p, e};
 }
 
-// Grow((x, δx), u): add a bf16 value to an MCF, then renormalise. The renormalisation's error
-// terms are rn_expect_exact, as in fast2sum: there δx is about an ulp of s at most, unless
-// x + u cancels, so they are bf16. The first Fast2Sum's are not: in training, u outgrows
-// weights near zero often enough that the cpu loop would redo blocks exactly (bf16_lanes.h)
-// more than it gained (collage-plus, 120 steps of the demo GPT: 19% of the blocks; none so).
+// Grow((x, δx), u): add a bf16 value to an MCF, then renormalise with fast2sum(s, δx), whose
+// error terms are bf16 (there δx is about an ulp of s at most, unless x + u cancels). The first
+// Fast2Sum(x, u) is written out with plain rn: in training, u outgrows weights near zero often
+// enough that the cpu loop would redo blocks exactly (bf16_lanes.h) more than it gained
+// (collage-plus, 120 steps of the demo GPT: 19% of the blocks; none so).
 template <typename B>
 COLLAGE_HD inline McfOf<B> grow(McfOf<B> v, B u) {
   const B s = add_rn(v.x, u);
-  B dx = add_rn(v.dx, sub_rn(u, sub_rn(s, v.x)));  // the rounding error of x+u joins δx
-  const B x = add_rn(s, dx);
-  dx = sub_rn_expect_exact(dx, sub_rn_expect_exact(x, s));  // Fast2Sum(s, δx) renormalisation
-  return {x, dx};
+  const B dx = add_rn(v.dx, sub_rn(u, sub_rn(s, v.x)));  // the rounding error of x+u joins δx
+  return fast2sum(s, dx);
 }
 
 // Mult((x, δx), (bh, bl)): multiply an MCF by a constant split into two bf16 parts,
 // bh = rn(β), bl = rn(β − bh) (scalars, the same for every element).
 template <typename B>
 COLLAGE_HD inline McfOf<B> mult(McfOf<B> v, bfloat bh, bfloat bl) {
-  const B p = mul_rn(v.x, B(bh));
-  const B e = rn_expect_exact(f32_fma(to_f32(v.x), to_f32(bh), -to_f32(p)));  // TwoProd's error
+  const McfOf<B> product = two_prod(v.x, B(bh));  // x·bh = p + e exactly
   B dx = mul_rn(v.dx, B(bh));
   dx = fma_rn(v.x, B(bl), dx);  // x·bl added to δx
-  dx = add_rn(dx, e);
-  const B x = add_rn(p, dx);
-  dx = sub_rn_expect_exact(dx, sub_rn_expect_exact(x, p));  // Fast2Sum(p, δx)
-  return {x, dx};
+  dx = add_rn(dx, product.dx);
+  return fast2sum(product.x, dx);
 }
 
 // The published reference implementation's in-place Mult (docs/PRECISION.md §8, behind
