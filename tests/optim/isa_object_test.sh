@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The AVX-512 compilation of the cpu optimizer's element loop must define no name that another
-# translation unit also defines (src/numerics/isa_namespace.h says why: the linker would keep
-# one copy, perhaps the AVX-512 one, for every caller). So every global or weak symbol of its
-# object must name an entity of namespace collage::cpu::avx512 or collage::math::avx512 (a
-# mangled name that mentions one cannot collide with a baseline name), except the C++
-# personality routine's data reference, which is the same bytes in every object.
+# The AVX-512 compilation of the cpu optimizer (its element loop and its gradient norm) must
+# define no name that another translation unit also defines (src/numerics/isa_namespace.h says
+# why: the linker would keep one copy, perhaps the AVX-512 one, for every caller). So every
+# global or weak symbol of its objects must name an entity of namespace collage::cpu::avx512
+# or collage::math::avx512 (a mangled name that mentions one cannot collide with a baseline
+# name), except the C++ personality routine's data reference, which is the same bytes in every
+# object.
 # Usage: isa_object_test.sh OBJECT...
 set -euo pipefail
 [[ $# -ge 1 ]] || { echo "usage: $0 OBJECT..." >&2; exit 2; }

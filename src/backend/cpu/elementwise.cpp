@@ -1,10 +1,15 @@
 // Elementwise ops (GELU, the encoder's exact GELU and tanh, add, accumulate, scale) and the
 // host-returned reductions (sum, sum of squares). Elementwise: fp32 math, one rounding on store.
 // Reductions: double, in fixed chunks summed in chunk order, so the result does not depend on the
-// thread count.
+// thread count. The sum of squares of bf16 values (the gradient norm) is gradient_squares.cpp's,
+// in the compilation the optimizer runs.
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
+#include "backend/cpu/gradient_squares.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/optimizer_isa.h"
 #include "backend/cpu/storage.h"
 
 namespace collage::cpu {
@@ -86,6 +91,13 @@ namespace {
 
 constexpr int64_t kSumChunk = 1 << 14;
 
+// The chunks' sums, added in chunk order.
+double chunk_order_total(const std::vector<double>& partial) {
+  double total = 0.0;
+  for (double chunk_sum : partial) total += chunk_sum;
+  return total;
+}
+
 // Σ f(x[i]) in double: chunk sums in parallel, then added in chunk order.
 template <typename T, typename F>
 double chunked_sum(CpuContext& cx, const T* x, int64_t n, F term) {
@@ -100,9 +112,7 @@ double chunked_sum(CpuContext& cx, const T* x, int64_t n, F term) {
     for (int64_t i = begin; i < end; i++) acc += term(x[i]);
     partial[chunk] = acc;
   }
-  double total = 0.0;
-  for (int64_t chunk = 0; chunk < chunks; chunk++) total += partial[chunk];
-  return total;
+  return chunk_order_total(cx.partial_sums);
 }
 
 }  // namespace
@@ -113,10 +123,17 @@ double sum(CpuContext& cx, const float* x, int64_t n) {
 
 template <typename S>
 double sum_squares(CpuContext& cx, const S* x, int64_t n) {
-  return chunked_sum(cx, x, n, [](S v) {
-    double d = load(v);
-    return d * d;
-  });
+  if constexpr (std::is_same_v<S, bf16>) {
+    cx.partial_sums.assign(static_cast<size_t>((n + kSquaresChunk - 1) / kSquaresChunk), 0.0);
+    chosen_optimizer_loop().sum_squares_chunks(reinterpret_cast<const uint16_t*>(x), n, cx.threads,
+                                               cx.partial_sums.data());
+    return chunk_order_total(cx.partial_sums);
+  } else {
+    return chunked_sum(cx, x, n, [](S v) {
+      double d = load(v);
+      return d * d;
+    });
+  }
 }
 
 #define COLLAGE_INSTANTIATE(S)                                                   \

@@ -20,6 +20,7 @@ namespace avx512 {
 void step_chunks(const OptimizerStep& step, bool fp32_storage, int threads, double* partial_sums,
                  ReciprocalDenominators& table);
 const char* lane_isa();
+void sum_squares_chunks(const uint16_t* x, int64_t n, int threads, double* partial);
 }  // namespace avx512
 #endif
 
@@ -28,7 +29,9 @@ namespace {
 // Every optimizer_step's blocks so far (guarded_rounding_counts).
 std::atomic<int64_t> guarded_blocks{0}, redone_blocks{0};
 
-OptimizerLoop baseline_loop() { return {"baseline", lane_isa(), &step_chunks}; }
+OptimizerLoop baseline_loop() {
+  return {"baseline", lane_isa(), &step_chunks, &sum_squares_chunks};
+}
 
 // x86-64-v4's AVX-512 subsets, which the AVX-512 compilation may use anywhere. libgcc's
 // cpuid check also asks the OS (XGETBV) whether it saves the AVX-512 registers.
@@ -79,7 +82,10 @@ const Choice& choice() {
 std::vector<OptimizerLoop> runnable_optimizer_loops() {
   std::vector<OptimizerLoop> loops{baseline_loop()};
 #ifdef COLLAGE_CPU_AVX512_OPTIMIZER
-  if (cpu_has_avx512()) loops.push_back({"avx512", avx512::lane_isa(), &avx512::step_chunks});
+  if (cpu_has_avx512()) {
+    loops.push_back(
+        {"avx512", avx512::lane_isa(), &avx512::step_chunks, &avx512::sum_squares_chunks});
+  }
 #endif
   return loops;
 }

@@ -1,12 +1,13 @@
 #pragma once
-// Which compilation of the cpu optimizer's element loop (optimizer_chunks.cpp) runs: AVX-512
-// where the build has that compilation and the CPU can run it, else the build's baseline
-// (AVX2 in Release). Chosen once per process; the environment variable
-// COLLAGE_CPU_OPTIMIZER=auto|avx512|baseline overrides the choice (to compare the two on
-// one machine: docs/ARCHITECTURE.md, "The cpu optimizer"). Both give the same bits.
+// Which compilation of the cpu optimizer's element loop (optimizer_chunks.cpp), and of its
+// gradient norm (gradient_squares.cpp), runs: AVX-512 where the build has that compilation and
+// the CPU can run it, else the build's baseline (AVX2 in Release). Chosen once per process; the
+// environment variable COLLAGE_CPU_OPTIMIZER=auto|avx512|baseline overrides the choice (to compare
+// the two on one machine: docs/ARCHITECTURE.md, "The cpu optimizer"). Both give the same bits.
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gradient_squares.h"
 #include "backend/cpu/optimizer_chunks.h"
 #include "backend/optimizer_step.h"
 
@@ -18,6 +19,8 @@ struct OptimizerLoop {
   // optimizer_chunks.h's step_chunks of that compilation
   void (*step_chunks)(const OptimizerStep& step, bool fp32_storage, int threads,
                       double* partial_sums, ReciprocalDenominators& table) = nullptr;
+  // gradient_squares.h's sum_squares_chunks of that compilation
+  void (*sum_squares_chunks)(const uint16_t* x, int64_t n, int threads, double* partial) = nullptr;
 };
 
 // Every compilation this build has and this CPU can run, baseline first. The second entry's
