@@ -135,6 +135,7 @@ TEST(GradientSquares, BackendAddsTheChunksInOrder) {
   auto* device = static_cast<bf16*>(backend->allocate(size_t(2 * n)));
   backend->copy_to_device(device, x.data(), size_t(2 * n));
   EXPECT_EQ(bits_of(backend->sum_squares(device, n)), bits_of(want));
+  backend->release(device);
 }
 
 // ±inf squares to +inf and NaN stays NaN, in every compilation and in the tail.
