@@ -12,8 +12,8 @@
 #include "backend/cpu/gradient_squares.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "numerics/bf16_math.h"
 #include "numerics/isa_namespace.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -27,10 +27,7 @@ namespace {
 
 // The square of one bf16 (its bits are the high half of the same fp32), in double: exact.
 double square(uint16_t bits) {
-  const uint32_t word = uint32_t(bits) << 16;
-  float value;
-  std::memcpy(&value, &word, sizeof value);
-  const double g = value;
+  const double g = math::bits_float(uint32_t(bits) << 16);
   return g * g;
 }
 
