@@ -46,9 +46,25 @@ inline F32 negate(F32 a) {  // flips the sign bit, NaN included
       _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int(0x80000000u))));
 }
 inline F32 zero_f32() { return _mm512_setzero_ps(); }
+// A mask register's bits as an integer, moved by a kmov that the compiler cannot see into.
+// GCC 12 converts a __mmask16 to unsigned wrongly where it spills the mask: at -O1 with
+// -mtune=rocketlake (the sanitized build on an Intel VM) it stored the mask with a 16-bit kmovw
+// and read the slot back as 32 bits, so the upper half held whatever was on the stack, and the
+// EDQ's count of updated elements came out 70% too high (tests/optim/cpu_strategy_step_test.cpp
+// caught it). Every mask that this file turns into an integer goes through here.
+inline unsigned mask_bits(__mmask16 mask) {
+  unsigned bits;
+  asm("kmovw %1, %0" : "=r"(bits) : "k"(mask));
+  return bits;
+}
+inline unsigned mask_bits(__mmask8 mask) {
+  unsigned bits;
+  asm("kmovb %1, %0" : "=r"(bits) : "k"(mask));
+  return bits;
+}
 // Whether any lane has a bit set in its low 16 bits (a lane that is not a bf16).
 inline bool any_low_half(F32 x) {
-  return _mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(0xffff)) != 0;
+  return mask_bits(_mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(0xffff))) != 0;
 }
 
 // kWidth bf16 at p (no alignment needed) as the fp32 of the same value; store_bf16_pair is the
@@ -102,7 +118,7 @@ inline F32 rn_normal(F32 x) {
       _mm512_castps_si512(h), _mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)), 0xf8));
 }
 // Bit i set where lane i is NaN, ±inf or subnormal (one vfpclassps).
-inline unsigned unusual_bits(F32 x) { return _mm512_fpclass_ps_mask(x, 0xb9); }
+inline unsigned unusual_bits(F32 x) { return mask_bits(_mm512_fpclass_ps_mask(x, 0xb9)); }
 
 // Lane i: mix64(base + i) >> 48, the last round of rounding_noise16 (bf16_math.h). mix64 ends
 // with z ^ (z >> 31), which leaves bits 48..63 as they are (z >> 31 has no bits there), so the
@@ -147,9 +163,11 @@ inline F64 mul(F64 a, F64 b) { return _mm512_mul_pd(a, b); }
 inline void store_f64(double* p, F64 x) { _mm512_storeu_pd(p, x); }
 // Bit i set where lane i is ≠ 0 (NaN included) / == 0 (±0; NaN not).
 inline unsigned nonzero_bits(F32 x) {
-  return _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  return mask_bits(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ));
 }
-inline unsigned zero_bits(F64 x) { return _mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ); }
+inline unsigned zero_bits(F64 x) {
+  return mask_bits(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ));
+}
 
 #else  // AVX2 + FMA
 
