@@ -128,6 +128,34 @@ inline double fp32_ulp(double x) {
   return std::ldexp(1.0, std::ilogb(a) - 23);
 }
 
+// For ops that call a libm function: got (the cuda backend's) against want (the cpu's), bit for
+// bit under the emulator; on a GPU within bound(k) + one bf16 spacing of the larger, per element
+// k, where bound(k) is the derived difference of the two fp32 results before their rounding to
+// bf16 (encoder_elementwise_test.cpp derives those of erff and tanhf).
+template <typename Bound>
+void expect_close_on_device(const std::vector<bf16>& got, const std::vector<bf16>& want,
+                            Bound bound, const std::string& what) {
+  if (!cuda_on_device()) return expect_same_bits(got, want, what);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int misses = 0;
+  for (size_t k = 0; k < got.size(); k++) {
+    const double g = bf16_to_float(got[k]), w = bf16_to_float(want[k]);
+    const double allowed = bound(k) + bf16_spacing(std::max(std::fabs(g), std::fabs(w)));
+    if (!(std::fabs(g - w) <= allowed) && ++misses <= 5)
+      ADD_FAILURE() << what << "[" << k << "]: cuda " << g << " (0x" << std::hex << got[k].bits
+                    << "), cpu " << w << " (0x" << want[k].bits << std::dec << "), allowed "
+                    << allowed;
+  }
+  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " elements too far";
+}
+
+// How far the exact GELU's backward dx = D·dy may be from the cpu's on a GPU before the bf16
+// rounding, from CUDA's and glibc's erff (encoder_elementwise_test.cpp derives it): 4.5·2^-24·|dy|
+// + ulp32(dx).
+inline double gelu_erf_backward_bound(bf16 dy, bf16 dx) {
+  return 4.5 * 0x1p-24 * std::fabs(double(bf16_to_float(dy))) + fp32_ulp(double(bf16_to_float(dx)));
+}
+
 // Distance in bf16 units in the last place (for finite values of the same sign; 0 = equal).
 inline int64_t bf16_ulps(bf16 a, bf16 b) {
   auto ordered = [](bf16 x) {  // bf16 bits mapped to integers that order like the values
