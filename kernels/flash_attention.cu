@@ -72,8 +72,9 @@ struct WorkSplit {
 // forward 125 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128: 160 (3, a
 // 32-key tile so that 3 blocks' shared memory fits), 168 (3), 242 (2). With A in registers and
 // 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64. Two m-tiles a warp
-// (FlashAttention-2's 32-row warps) take 202-244 registers at HS 64 (2-3 blocks), 230-244 at
-// HS 128; whether their reuse outweighs the lost warps is not yet timed on a GPU.
+// (FlashAttention-2's 32-row warps) take 242-255 registers, and on an H200 they were slower
+// in every kernel (forward 2.45 -> 4.04 ms a 124M step), as were more blocks an SM bought with
+// spills or smaller tiles (docs/ARCHITECTURE.md, "Where the attention kernels stand").
 template <int kHeadSize>
 using ForwardSplit = WorkSplit<1, kHeadSize == 64 ? 64 : 32>;  // queries; keys a tile
 template <int kHeadSize>

@@ -143,7 +143,9 @@ struct LayernormTerms {
 //     stage 1, the same sums in the same order), from the rows part 1 has just read or written:
 //     from L2 rather than DRAM. Stage 2 is column_totals.
 // It was a dinp kernel and column_sums's two: at GPT-2 124M, 16 × 1024, the second read of
-// dout and x was 50 MB a layernorm, ~0.4 ms over the step's 25 (predicted, not measured).
+// dout and x was 50 MB a layernorm, ~0.4 ms over the step's 25 (predicted; the family took
+// 2.30 ms on an H200 after it, 2.84 on an H100 before: docs/ARCHITECTURE.md, "Measured on an
+// H200").
 constexpr int kBackwardThreads = kColumnChunkRows * kWarpSize;  // a warp per row of the chunk
 template <int W, bool kDinpSums>
 __global__ void __launch_bounds__(kBackwardThreads)
