@@ -36,7 +36,7 @@
 // or gradient element differs from the SIMT kernels' and the cpu's by at most 2^-8 of the sum
 // of its terms' magnitudes, plus what D from the bf16 out adds to dS
 // (tests/cuda/flash_attention_test.cpp derives and checks exactly that bound). The softmax
-// denominator and D sum fp32 values; exponentials are exp2f (softmax_exp), lse uses logf.
+// denominator and D sum fp32 values; exponentials are exp2_flushed (softmax_exp), lse uses logf.
 #include <algorithm>
 #include <cmath>
 
@@ -193,14 +193,14 @@ __device__ __forceinline__ void multiply_rounded(FragmentC (&acc)[kM][kHeadSize 
 }
 
 // e^(a·x - b) for the softmax, as 2^(x·a' - b') with a' = a·log2 e and b' = b·log2 e prepared
-// once per row or call: one fused multiply-add and CUDA's exp2f (2 ulp) per score, where
-// math::exp_approx is a polynomial of ~25 instructions; the score work per element, not the
-// tensor cores, bounds these kernels. e^-inf = 0, which masks hidden scores without a test.
-// The emulator uses fmaf and glibc's exp2f: an ulp or two of fp32 from the GPU's, far inside
-// the tests' bounds.
+// once per row or call: one fused multiply-add and one MUFU.EX2 (exp2_flushed, kernels/mma.cuh:
+// ~2 ulp, results below 2^-126 flushed to 0) per score, where math::exp_approx is a polynomial
+// of ~25 instructions and exp2f four; the score work per element, not the tensor cores, bounds
+// these kernels. e^-inf = 0, which masks hidden scores without a test. The emulator uses fmaf
+// and glibc's exp2f: an ulp or two of fp32 from the GPU's, far inside the tests' bounds.
 constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ float softmax_exp(float x, float a_log2e, float b_log2e) {
-  return exp2f(fmaf(x, a_log2e, -b_log2e));
+  return exp2_flushed(fmaf(x, a_log2e, -b_log2e));
 }
 
 // F_ij of dropout, kept out of line on the GPU: inlined into the unrolled fragment loops, the
@@ -244,7 +244,7 @@ __device__ __forceinline__ void write_pair(bf16_t* dst, float scale, float first
 }
 
 // The first stage of Σ_rows dqkv (the qkv bias gradient; kernels/column_sums.cuh) for the rows a
-// block owns of one part (q, k or v) of one head: `stored` (kBlockRows, kHeadSize) holds them as
+// block owns of one part (q, k or v) of one head: `stored` (kBlockRows, kStride) holds them as
 // they were written (bf16), the block's first row being row0 of sequence b; partials (chunks, C3)
 // gets each 32-row chunk's column sums in row order at columns column0 + d, the terms and order
 // of column_partials_kernel, so the same bits. Needs T % kColumnChunkRows == 0 (no chunk
@@ -260,7 +260,7 @@ __device__ __forceinline__ void chunk_sums_of_rows(float* partials, const bf16_t
     if (first >= T) continue;
     float sum = 0.0f;
     for (int r = 0; r < kColumnChunkRows; r++)
-      sum += to_float(stored[(j * kColumnChunkRows + r) * kHeadSize + d]);
+      sum += to_float(stored[(j * kColumnChunkRows + r) * kStride<kHeadSize> + d]);
     const int64_t chunk = (int64_t(b) * T + first) / kColumnChunkRows;
     partials[chunk * C3 + column0 + d] = sum;
   }
@@ -321,9 +321,11 @@ __device__ __forceinline__ int keys_seen_end(int row0, bool causal, int T) {
   return causal ? min(T, row0 + kWarpRows) : T;
 }
 
-// out (B, T, C), lse (B, NH, T). Block (query block, h, b).
+// out (B, T, C), lse (B, NH, T). Block (query block, h, b). The blocks an SM that its shared
+// memory allows (4 at HS 64, 3 at HS 128) are asked of the register allocator too: left to
+// itself, nvcc gives the separate mask loop 168 registers at HS 64 (3 blocks).
 template <int kHeadSize, int kWarpTiles, int kTileRows>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
     flash_forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv, const int32_t* key_mask,
                          bool causal, int T, int NH, float scale, AttentionDropout dropout) {
   using Split = WorkSplit<kWarpTiles, kTileRows>;
@@ -368,17 +370,28 @@ __global__ void __launch_bounds__(kThreads)
       // (causal) or under a key mask test each key.
       const bool tile_masked =
           key_ok != nullptr || k0 + kTile > T || (causal && k0 + kTile - 1 > rows[m][0] - lane / 4);
+      if (tile_masked) {
+        // Key j = first + c (c = 8nb + e % 2) is hidden from row r where c ≥ room[r]: past T,
+        // or past the row under a causal mask; and where the key mask hides it.
+        const int first = k0 + fragment_column(0, 0);
+        int room[2];
+        COLLAGE_UNROLL
+        for (int r = 0; r < 2; r++) room[r] = (causal ? min(T, rows[m][r] + 1) : T) - first;
+        COLLAGE_UNROLL
+        for (int nb = 0; nb < kKeyBlocks; nb++) {
+          COLLAGE_UNROLL
+          for (int e = 0; e < 4; e++) {
+            const int c = nb * 8 + e % 2;
+            const bool visible = c < room[e / 2] && key_visible(key_ok, first + c);
+            s[m][nb].v[e] = visible ? s[m][nb].v[e] : kAttentionMinusInf;  // scaled in the exp
+          }
+        }
+      }
       float tile_max[2] = {kAttentionMinusInf, kAttentionMinusInf};
       COLLAGE_UNROLL
       for (int nb = 0; nb < kKeyBlocks; nb++) {
         COLLAGE_UNROLL
-        for (int e = 0; e < 4; e++) {
-          const int r = e / 2, j = k0 + fragment_column(nb, e);
-          const bool visible =
-              !tile_masked || (j < T && (!causal || j <= rows[m][r]) && key_visible(key_ok, j));
-          s[m][nb].v[e] = visible ? s[m][nb].v[e] : kAttentionMinusInf;  // scaled in the exp
-          tile_max[r] = fmaxf(tile_max[r], s[m][nb].v[e]);
-        }
+        for (int e = 0; e < 4; e++) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[m][nb].v[e]);
       }
       float correction[2], shift[2];
       COLLAGE_UNROLL
@@ -609,14 +622,14 @@ __global__ void __launch_bounds__(kThreads)
   // The block's dq rows as written, into the memory of the staged rows and tiles (every warp is
   // past its last read of them after the barrier), then their chunk sums.
   __syncthreads();
-  bf16_t* stored = shared;  // (kBlockRows, kHeadSize)
+  bf16_t* stored = shared;  // (kBlockRows, kStride): padded as the tiles, so no bank conflicts
   COLLAGE_UNROLL
   for (int m = 0; m < kM; m++) {
     COLLAGE_UNROLL
     for (int r = 0; r < 2; r++) {
       COLLAGE_UNROLL
       for (int nd = 0; nd < kDimBlocks; nd++)
-        write_pair(stored + (rows[m][r] - q0) * kHeadSize + fragment_column(nd, 0), scale,
+        write_pair(stored + (rows[m][r] - q0) * kStride<kHeadSize> + fragment_column(nd, 0), scale,
                    dq[m][nd].v[2 * r], dq[m][nd].v[2 * r + 1]);
     }
   }
@@ -792,8 +805,8 @@ __global__ void __launch_bounds__(kThreads)
   if (!sum_partials) return;  // the same for the whole block
   // As in the dq kernel: the block's dk and dv rows as written, then their chunk sums.
   __syncthreads();
-  bf16_t* stored_k = shared;                                    // (kBlockRows, kHeadSize)
-  bf16_t* stored_v = stored_k + Split::kBlockRows * kHeadSize;  // (kBlockRows, kHeadSize)
+  bf16_t* stored_k = shared;                                             // (kBlockRows, kStride)
+  bf16_t* stored_v = stored_k + Split::kBlockRows * kStride<kHeadSize>;  // (kBlockRows, kStride)
   COLLAGE_UNROLL
   for (int m = 0; m < kM; m++) {
     COLLAGE_UNROLL
@@ -802,9 +815,9 @@ __global__ void __launch_bounds__(kThreads)
       COLLAGE_UNROLL
       for (int nd = 0; nd < kDimBlocks; nd++) {
         const int d = fragment_column(nd, 0);
-        write_pair(stored_k + row * kHeadSize + d, scale, dk[m][nd].v[2 * r],
+        write_pair(stored_k + row * kStride<kHeadSize> + d, scale, dk[m][nd].v[2 * r],
                    dk[m][nd].v[2 * r + 1]);
-        write_pair(stored_v + row * kHeadSize + d, 1.0f, dv[m][nd].v[2 * r],
+        write_pair(stored_v + row * kStride<kHeadSize> + d, 1.0f, dv[m][nd].v[2 * r],
                    dv[m][nd].v[2 * r + 1]);
       }
     }

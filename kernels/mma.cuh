@@ -3,8 +3,8 @@
 // bf16 operands and fp32 accumulators, and ldmatrix to load them from shared memory. Under
 // nvcc each function is one PTX instruction (inline asm); under g++ it is the host emulator's
 // warp collective with the same fragment layout (src/simt/warp_matrix.h, which spells the
-// layouts out). This header and kernels/async_copy.cuh are the only places kernels use inline
-// PTX.
+// layouts out); and the attention softmax's exponent. This header and kernels/async_copy.cuh
+// are the only places kernels use inline PTX.
 //
 // Every lane of the warp must call these together (.sync.aligned), so a kernel never calls them
 // under a lane-dependent condition.
@@ -75,6 +75,24 @@ __device__ __forceinline__ void ldmatrix(uint32_t (&r)[kCount], const bf16_t* ro
   }
 #else
   ::simt::ldmatrix(r, kCount, kTranspose, row);
+#endif
+}
+
+// 2^x for the softmax of the tensor-core attention: on the GPU the special function unit's
+// exponent alone (ex2.approx.ftz.f32, one MUFU.EX2, ~2 ulp). exp2f, compiled with IEEE math as
+// this build is (no --use_fast_math), wraps the same instruction in a compare and two
+// multiplies to return results below 2^-126 unflushed; here they are 0. In the softmax that is
+// a probability more than 87 nats below its row's largest (whose e^0 = 1 is in every row's
+// sum, so no sum changes); at most an output or gradient element of size ~2^-126 can differ.
+// Under the emulator: glibc's exp2f, flushed alike.
+__device__ __forceinline__ float exp2_flushed(float x) {
+#if defined(__CUDACC__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  const float y = exp2f(x);
+  return y < 0x1p-126f ? 0.0f : y;
 #endif
 }
 
