@@ -2,9 +2,11 @@
 // tensor-core kernels (kernels/flash_attention.cu) in a GEMM formulation, per (batch, head) and
 // query block as attention.cpp walks them (docs/ARCHITECTURE.md, "cpu attention").
 //
-// Every product has bf16 operands and an fp32 result, and q, k, v, dout are read in place from
-// qkv (B, T, 3C) and dout (B, T, C) through strides (a transposed operand is a stride too). Per
-// block of queries [i0, i0 + rows) and its keys [0, keys):
+// Every product has bf16 operands and an fp32 result. A head's q, k, v (and dout) are first
+// copied out of qkv (B, T, 3C) (and dout (B, T, C)) into dense (T, HS) matrices: oneDNN runs a
+// product of operands whose rows lie HS apart on its AMX kernels (brg, ~1 µs for 64 × 64 × 64),
+// and one whose rows lie 3C apart on its jit gemm (~4 µs). A transposed operand is a stride.
+// Per block of queries [i0, i0 + rows) and its keys [0, keys):
 //  forward: S = q·kᵀ (fp32, unscaled; the scale goes into the exponent as on the GPU);
 //    p̃_ij = e^(scale·S_ij - m_i) with m_i the row's largest scaled score, 0 where hidden;
 //    l_i = Σ_j p̃_ij (fp32, undropped); lse_i = m_i + log l_i; the left factor rn(p̃_ij·F_ij) is
@@ -20,10 +22,11 @@
 // when the max grows, which is the same only when a row's max lies in its first tile), e^x is
 // math::exp_approx here and exp2f there, and the fp32 sums run in another order.
 //
-// The primitives, cached per thread (OnednnGemm): a block's seven products take five, as the
-// backward's S = q·kᵀ is the forward's and rn(dS)·k has the shape and strides of rn(p̃·F)·v.
-// Blocks are kQueryBlock rows, so rows is 64 or T mod 64, and keys T or, causally, i0 + rows:
-// at most 5·⌈T/64⌉ primitives per thread for a given T, created in the first step and reused.
+// The primitives, cached per thread (OnednnGemm): a block's seven products take three, as the
+// dense operands give S = q·kᵀ (forward and backward) and dZ = dout·vᵀ one shape and strides,
+// rn(p̃·F)·v and rn(dS)·k another, and the dv and dk sums a third. Blocks are kQueryBlock rows,
+// so rows is 64 or T mod 64, and keys T or, causally, i0 + rows: at most 3·⌈T/64⌉ primitives
+// per thread for a given T, created in the first step and reused.
 #include <omp.h>
 
 #include <algorithm>
@@ -80,6 +83,13 @@ float forward_row(float* scores, bf16* left, int keys, int end, const int32_t* k
   return total;
 }
 
+// dst (T, HS), dense = the head's rows of src, whose rows lie `row_stride` apart.
+void copy_head(bf16* dst, const bf16* src, int T, int HS, int64_t row_stride) {
+  for (int t = 0; t < T; t++)
+    std::memcpy(static_cast<void*>(dst + int64_t(t) * HS), src + t * row_stride,
+                sizeof(bf16) * size_t(HS));
+}
+
 // The single-threaded engine of the calling thread of an OpenMP loop.
 OnednnGemm& thread_gemm(CpuContext& cx, int thread) { return *cx.onednn_per_thread[thread]; }
 
@@ -108,6 +118,8 @@ void attention_forward_onednn(CpuContext& cx, bf16* out, float* lse, const bf16*
   const PerThread sum_buf = scratch.per_thread(size_t(block), cx.threads);       // l (block)
   const PerThread factor_buf =
       scratch.per_thread(dropout ? size_t(T) : 0, cx.threads);  // one row's dropout factors
+  const PerThread head_buf =
+      scratch.per_thread(bf16_floats(3 * size_t(T) * HS), cx.threads);  // bf16 q, k, v (T, HS)
   cx.key_visible.resize(size_t(cx.threads) * T);
 
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
@@ -115,9 +127,13 @@ void attention_forward_onednn(CpuContext& cx, bf16* out, float* lse, const bf16*
     const int thread = omp_get_thread_num();
     OnednnGemm& gemm = thread_gemm(cx, thread);
     const int64_t b = bh / NH, h = bh % NH;
-    const bf16* q = qkv + b * T * row_stride + h * HS;  // (T, HS), row stride 3C
-    const bf16* k = q + C;
-    const bf16* v = q + 2 * C;
+    const bf16* head = qkv + b * T * row_stride + h * HS;  // q (T, HS), row stride 3C; k, v after
+    bf16* q = bf16_buffer(head_buf, thread);               // (T, HS) each, dense
+    bf16* k = q + int64_t(T) * HS;
+    bf16* v = k + int64_t(T) * HS;
+    copy_head(q, head, T, HS, row_stride);
+    copy_head(k, head + C, T, HS, row_stride);
+    copy_head(v, head + 2 * C, T, HS, row_stride);
     const int32_t* key_ok = key_flags(cx, thread, key_mask ? key_mask + b * T : nullptr, T);
     float* lse_head = lse + bh * T;  // lse (B, NH, T)
     float* scores = score_buf[thread];
@@ -129,8 +145,8 @@ void attention_forward_onednn(CpuContext& cx, bf16* out, float* lse, const bf16*
       const int rows = std::min(block, T - i0);
       const int keys = block_keys(i0, rows, T, causal);
       // S (rows, keys) = q[i0 : i0 + rows] · k[:keys]ᵀ
-      gemm.matmul<bf16, float>(rows, keys, HS, {q + i0 * row_stride, row_stride, 1},
-                               {k, 1, row_stride}, nullptr, {scores, keys, 1}, false);
+      gemm.matmul<bf16, float>(rows, keys, HS, {q + int64_t(i0) * HS, HS, 1}, {k, 1, HS}, nullptr,
+                               {scores, keys, 1}, false);
       for (int r = 0; r < rows; r++) {
         const int i = i0 + r;
         float* factors = nullptr;
@@ -142,8 +158,8 @@ void attention_forward_onednn(CpuContext& cx, bf16* out, float* lse, const bf16*
                               visible_end(i, keys, causal), key_ok, scale, factors, &lse_head[i]);
       }
       // O (rows, HS) = rn(p̃·F) (rows, keys) · v[:keys]
-      gemm.matmul<bf16, float>(rows, HS, keys, {left, keys, 1}, {v, row_stride, 1}, nullptr,
-                               {o, HS, 1}, false);
+      gemm.matmul<bf16, float>(rows, HS, keys, {left, keys, 1}, {v, HS, 1}, nullptr, {o, HS, 1},
+                               false);
       for (int r = 0; r < rows; r++) {
         bf16* out_row = out + (b * T + i0 + r) * C + h * HS;
         const float total = sums[r];
@@ -180,6 +196,8 @@ void attention_backward_onednn(CpuContext& cx, bf16* dqkv, const bf16* dout, con
   const PerThread delta_buf = scratch.per_thread(size_t(block), cx.threads);  // D (block)
   const PerThread factor_buf =
       scratch.per_thread(dropout ? size_t(block) * T : 0, cx.threads);  // F (block, T)
+  const PerThread head_buf =  // bf16 q, k, v, dout (T, HS)
+      scratch.per_thread(bf16_floats(4 * size_t(head_size)), cx.threads);
   cx.key_visible.resize(size_t(cx.threads) * T);
 
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
@@ -187,11 +205,16 @@ void attention_backward_onednn(CpuContext& cx, bf16* dqkv, const bf16* dout, con
     const int thread = omp_get_thread_num();
     OnednnGemm& gemm = thread_gemm(cx, thread);
     const int64_t b = bh / NH, h = bh % NH;
-    const bf16* q = qkv + b * T * row_stride + h * HS;  // (T, HS), row stride 3C
-    const bf16* k = q + C;
-    const bf16* v = q + 2 * C;
-    const bf16* dy = dout + b * T * C + h * HS;  // (T, HS), row stride C
-    const bf16* y = out + b * T * C + h * HS;    // (T, HS), row stride C
+    const bf16* head = qkv + b * T * row_stride + h * HS;  // q (T, HS), row stride 3C; k, v after
+    const bf16* y = out + b * T * C + h * HS;              // (T, HS), row stride C
+    bf16* q = bf16_buffer(head_buf, thread);               // (T, HS) each, dense
+    bf16* k = q + head_size;
+    bf16* v = k + head_size;
+    bf16* dy = v + head_size;
+    copy_head(q, head, T, HS, row_stride);
+    copy_head(k, head + C, T, HS, row_stride);
+    copy_head(v, head + 2 * C, T, HS, row_stride);
+    copy_head(dy, dout + b * T * C + h * HS, T, HS, C);
     bf16* dq = dqkv + b * T * row_stride + h * HS;
     bf16* dk = dq + C;
     bf16* dv = dq + 2 * C;
@@ -211,8 +234,8 @@ void attention_backward_onednn(CpuContext& cx, bf16* dqkv, const bf16* dout, con
       const int rows = std::min(block, T - i0);
       const int keys = block_keys(i0, rows, T, causal);
       // S (rows, keys) = q_block · kᵀ, then P = e^(scale·S - lse), 0 where hidden
-      gemm.matmul<bf16, float>(rows, keys, HS, {q + i0 * row_stride, row_stride, 1},
-                               {k, 1, row_stride}, nullptr, {prob, keys, 1}, false);
+      gemm.matmul<bf16, float>(rows, keys, HS, {q + int64_t(i0) * HS, HS, 1}, {k, 1, HS}, nullptr,
+                               {prob, keys, 1}, false);
       for (int r = 0; r < rows; r++) {
         const int i = i0 + r;
         const float row_lse = lse_head[i];
@@ -233,21 +256,21 @@ void attention_backward_onednn(CpuContext& cx, bf16* dqkv, const bf16* dout, con
           for (int j = 0; j < keys; j++) z[j] = float_to_bf16(p[j]);
         }
         // D_i = dout_i·out_i (= Σ_j Z_ij dZ_ij = Σ_j P_ij dP_ij), from the bf16 out
-        const bf16* dy_row = dy + int64_t(i) * C;
+        const bf16* dy_row = dy + int64_t(i) * HS;
         const bf16* y_row = y + int64_t(i) * C;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int d = 0; d < HS; d++) dot += bf16_to_float(dy_row[d]) * bf16_to_float(y_row[d]);
         delta[r] = dot;
       }
-      const Operand<const bf16> dy_block{dy + int64_t(i0) * C, C, 1};  // (rows, HS)
-      const Operand<const bf16> q_block{q + i0 * row_stride, row_stride, 1};
+      const Operand<const bf16> dy_block{dy + int64_t(i0) * HS, HS, 1};  // (rows, HS)
+      const Operand<const bf16> q_block{q + int64_t(i0) * HS, HS, 1};
       // dv sums (keys, HS) += rn(P∘F)ᵀ (keys, rows) · dout_block
       gemm.matmul<bf16, float>(keys, HS, rows, {left, 1, keys}, dy_block, nullptr, {dv_sum, HS, 1},
                                true);
       // dZ (rows, keys) = dout_block · vᵀ, then dS = P∘(dZ∘F - D), rounded into `left`
-      gemm.matmul<bf16, float>(rows, keys, HS, dy_block, {v, 1, row_stride}, nullptr,
-                               {dprob, keys, 1}, false);
+      gemm.matmul<bf16, float>(rows, keys, HS, dy_block, {v, 1, HS}, nullptr, {dprob, keys, 1},
+                               false);
       for (int r = 0; r < rows; r++) {
         const float* p = prob + int64_t(r) * keys;
         float* ds = dprob + int64_t(r) * keys;
@@ -264,7 +287,7 @@ void attention_backward_onednn(CpuContext& cx, bf16* dqkv, const bf16* dout, con
         }
       }
       // dq_block = rn(scale · rn(dS) (rows, keys) · k[:keys])
-      gemm.matmul<bf16, float>(rows, HS, keys, {left, keys, 1}, {k, row_stride, 1}, nullptr,
+      gemm.matmul<bf16, float>(rows, HS, keys, {left, keys, 1}, {k, HS, 1}, nullptr,
                                {dq_sum, HS, 1}, false);
       for (int r = 0; r < rows; r++) {
         bf16* dq_row = dq + int64_t(i0 + r) * row_stride;
