@@ -1,13 +1,13 @@
 #pragma once
 // Tensor-core building blocks for the kernels: the fragments of mma.sync.aligned.m16n8k16 with
-// bf16 operands and fp32 accumulators, and ldmatrix to load them from shared memory. Under
-// nvcc each function is one PTX instruction (inline asm); under g++ it is the host emulator's
-// warp collective with the same fragment layout (src/simt/warp_matrix.h, which spells the
-// layouts out); and the attention softmax's exponent. This header and kernels/async_copy.cuh
-// are the only places kernels use inline PTX.
+// bf16 operands and fp32 accumulators, ldmatrix to load them from shared memory, and the
+// exponent of the tensor-core attention's softmax. Under nvcc each function is one PTX
+// instruction (inline asm); under g++ it is the host emulator's warp collective with the same
+// fragment layout (src/simt/warp_matrix.h, which spells the layouts out), or for the exponent
+// glibc's. This header and kernels/async_copy.cuh are the only places kernels use inline PTX.
 //
-// Every lane of the warp must call these together (.sync.aligned), so a kernel never calls them
-// under a lane-dependent condition.
+// Every lane of the warp must call mma and ldmatrix together (.sync.aligned), so a kernel never
+// calls them under a lane-dependent condition.
 #include <cstdint>
 #include <cstring>
 
