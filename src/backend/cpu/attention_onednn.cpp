@@ -20,7 +20,8 @@
 // kernels round them. What still differs from those kernels: the forward's p̃ is relative to the
 // row's final max (the kernels' to a running max over 64- or 32-key tiles, rescaling O in fp32
 // when the max grows, which is the same only when a row's max lies in its first tile), e^x is
-// math::exp_approx here and exp2f there, and the fp32 sums run in another order.
+// math::exp_approx here and the GPU's ex2 there (exp2_flushed), and the fp32 sums run in another
+// order.
 //
 // The primitives, cached per thread (OnednnGemm): a block's seven products take three, as the
 // dense operands give S = q·kᵀ (forward and backward) and dZ = dout·vᵀ one shape and strides,
