@@ -11,44 +11,67 @@
 #include "numerics/bf16_math.h"  // COLLAGE_HD
 #include "numerics/isa_namespace.h"
 
+// exp_approx and the GELUs are inlined into every caller, whatever the translation unit's size:
+// GCC's early inliner costs each fma as a call and would keep them out of line in a large file,
+// and a call in a loop stops the loop from vectorizing (the cpu's GELU and cross-entropy ran
+// ~4× slower so).
+#ifdef __CUDACC__
+#define COLLAGE_HD_ALWAYS_INLINE __host__ __device__ __forceinline__
+#else
+#define COLLAGE_HD_ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
+
 namespace collage::math {
 inline namespace COLLAGE_ISA_NAMESPACE {
 
 // e^x in fp32 from plain arithmetic, so that loops over it vectorize (glibc's expf does not
 // without -ffast-math). Cody-Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, then a degree-7
-// Taylor polynomial (truncation < 2e-8 relative): about 1-2 ulp. x is clamped to [-87, 88] so
+// Taylor polynomial (truncation < 2e-8 relative): about 1 ulp. x is clamped to [-87, 88] so
 // 2^n stays a normal float (e^-87 ≈ 1.6e-38 stands in for anything smaller, e^88 for anything
 // larger); NaN comes out NaN, with its own bits.
+//
+// Every multiply-add is an explicit fma (f32_fma: one rounding, the same bits from an x86 FMA,
+// glibc's fmaf and a GPU's FFMA), because the CUDA build's -fmad=false and the host's
+// -ffp-contract=off otherwise make each a multiply and an add: the GPU's GELU and
+// cross-entropy are bound by their instruction count (docs/ARCHITECTURE.md, "What each change
+// to the GPU step bought"), and the fmas halve the polynomial's. 2^n is built from the bits of
+// the rounded y/ln2 + 1.5·2^23, whose low mantissa bits hold n, rather than by converting n to
+// an integer (a conversion-unit instruction on the GPU).
 //
 // exp_of_clamped is the arithmetic after the clamp. exp_approx_by_bits clamps and tests for
 // NaN on the bit patterns as integers: float comparisons would keep GCC from vectorizing under
 // -ftrapping-math (the default). exp_approx is exp_approx_by_bits on the host; on the GPU it
 // clamps with fminf/fmaxf and tests with isnan, the same results for every input in ~4
-// instructions instead of ~11 integer ones, which the cross-entropy kernels (bound by their
-// ~50 instructions a logit, docs/ARCHITECTURE.md) feel. tests/cuda/device_math_test.cpp
-// checks all 2^32 inputs on a real GPU.
-COLLAGE_HD inline float exp_of_clamped(float y) {
-  // n = round(y / ln2): adding 1.5·2^23 pushes the fraction bits out (round-to-nearest).
+// instructions instead of ~11 integer ones. tests/cuda/device_math_test.cpp checks all 2^32
+// inputs on a real GPU.
+COLLAGE_HD_ALWAYS_INLINE float exp_of_clamped(float y) {
+  // shifted = 1.5·2^23 + n with n = round(y / ln2): at 1.5·2^23 an ulp is 1, so the one
+  // rounding of the fma rounds y/ln2 to the nearest integer.
   const float shifter = 12582912.0f;
-  const float n = (y * 1.44269504088896341f + shifter) - shifter;
+  const float shifted = f32_fma(y, 1.44269504088896341f, shifter);
+  const float n = shifted - shifter;
   // ln2 = 0.693359375 - 2.12194440e-4: the first part has 9 bits, so n·part is exact.
-  float r = y - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
+  float r = f32_fma(-n, 0.693359375f, y);
+  r = f32_fma(n, 2.12194440e-4f, r);
   float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t two_n_bits = (static_cast<int32_t>(n) + 127) << 23;  // n in [-126, 127]
+  p = f32_fma(p, r, 1.0f / 720.0f);
+  p = f32_fma(p, r, 1.0f / 120.0f);
+  p = f32_fma(p, r, 1.0f / 24.0f);
+  p = f32_fma(p, r, 1.0f / 6.0f);
+  p = f32_fma(p, r, 0.5f);
+  p = f32_fma(p, r, 1.0f);
+  p = f32_fma(p, r, 1.0f);
+  // shifted's bits are those of 1.5·2^23 (low 9 bits zero) plus n, n in [-126, 127]: adding
+  // the exponent bias and shifting left by 23 leaves exactly (n + 127) << 23, the bits of 2^n.
+  uint32_t shifted_bits;
+  std::memcpy(&shifted_bits, &shifted, sizeof shifted_bits);
+  const uint32_t two_n_bits = (shifted_bits + 127u) << 23;
   float two_n;
   std::memcpy(&two_n, &two_n_bits, sizeof two_n);
   return p * two_n;
 }
 
-COLLAGE_HD inline float exp_approx_by_bits(float x) {
+COLLAGE_HD_ALWAYS_INLINE float exp_approx_by_bits(float x) {
   int32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   constexpr int32_t kLow = -0x3d520000;  // bits of -87.0f (0xc2ae0000) as int32
@@ -71,7 +94,7 @@ COLLAGE_HD inline float exp_approx_by_bits(float x) {
   return out;
 }
 
-COLLAGE_HD inline float exp_approx(float x) {
+COLLAGE_HD_ALWAYS_INLINE float exp_approx(float x) {
 #ifdef __CUDA_ARCH__
   const float result = exp_of_clamped(fminf(fmaxf(x, -87.0f), 88.0f));  // NaN: -87 here
   return isnan(x) ? x : result;
@@ -82,21 +105,29 @@ COLLAGE_HD inline float exp_approx(float x) {
 
 // GELU, tanh approximation, as x·sigmoid(2u) with u = √(2/π)(x + 0.044715x³): the identity
 // 0.5(1 + tanh u) = sigmoid(2u) needs one exp_approx (which vectorizes) and no tanh.
+// x + 0.044715x³ is one fma on 0.044715x², and e^(-2u) multiplies by -2√(2/π) at once.
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
 constexpr float kGeluCubic = 0.044715f;
+constexpr float kGeluMinusTwoScale = -1.5957691216057308f;  // -2·sqrt(2/π)
+constexpr float kGeluScaleCubic3 = 0.10703222440890037f;    // 3·0.044715·sqrt(2/π)
 
-COLLAGE_HD inline float gelu(float x) {
-  float u = kGeluScale * (x + kGeluCubic * x * x * x);
-  return x / (1.0f + exp_approx(-2.0f * u));
+// x + 0.044715x³ (u/√(2/π)) from x and x².
+COLLAGE_HD_ALWAYS_INLINE float gelu_inner(float x, float x2) {
+  return f32_fma(kGeluCubic * x2, x, x);
+}
+
+COLLAGE_HD_ALWAYS_INLINE float gelu(float x) {
+  const float e = exp_approx(gelu_inner(x, x * x) * kGeluMinusTwoScale);  // e^(-2u)
+  return x / (1.0f + e);
 }
 
 // d/dx [x · σ] with σ = sigmoid(2u): 0.5(1 - tanh² u) = 2σ(1 - σ), so the derivative is
-// σ + 2x·σ(1 - σ)·u'.
-COLLAGE_HD inline float gelu_derivative(float x) {
-  float u = kGeluScale * (x + kGeluCubic * x * x * x);
-  float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-  float sig = 1.0f / (1.0f + exp_approx(-2.0f * u));
-  return sig + 2.0f * x * sig * (1.0f - sig) * du;
+// σ + 2x·σ(1 - σ)·u' = σ·(1 + 2x(1 - σ)·u'), u' = √(2/π)(1 + 3·0.044715x²).
+COLLAGE_HD_ALWAYS_INLINE float gelu_derivative(float x) {
+  const float x2 = x * x;
+  const float sig = 1.0f / (1.0f + exp_approx(gelu_inner(x, x2) * kGeluMinusTwoScale));
+  const float du = f32_fma(kGeluScaleCubic3, x2, kGeluScale);
+  return f32_fma(sig, (x + x) * (1.0f - sig) * du, sig);
 }
 
 // ---- encoder ops (BERT/RoBERTa) ----

@@ -19,13 +19,14 @@ namespace {
 constexpr double kBf16 = 2, kF32 = 4, kI32 = 4;  // bytes
 
 // Per-element FLOPs of the elementwise math (fp32 operations; an fma counts 2). From
-// src/numerics/elementwise_math.h: exp_approx is 3 (n = round(y/ln2)) + 4 (reduction) + 14
-// (7 Horner steps) + 1 (·2^n) = 22; gelu is u = s·(x + c·x·x·x) (5), −2u (1), exp (22),
-// 1 + e (1), x / · (1) = 30; gelu_derivative is u (5), du (4), σ (25), σ + 2x·σ(1−σ)·du (6)
-// = 40, and the backward multiplies by dout (1).
+// src/numerics/elementwise_math.h: exp_approx is 3 (n = round(y/ln2): an fma and a subtraction)
+// + 4 (reduction, two fmas) + 14 (7 Horner fmas) + 1 (·2^n) = 22; gelu is x² (1), 0.044715x²
+// (1), x + 0.044715x²·x (2), ·(−2√(2/π)) (1), exp (22), 1 + e (1), x / · (1) = 29;
+// gelu_derivative is the same σ (29), u' (2), σ + σ·(2x·(1−σ)·u') (6) = 37, and the backward
+// multiplies by dout (1).
 constexpr double kExpFlops = 22;
-constexpr double kGeluFlops = 30;
-constexpr double kGeluBackwardFlops = 40 + 1;
+constexpr double kGeluFlops = 29;
+constexpr double kGeluBackwardFlops = 37 + 1;
 // LayerNorm (src/backend/cpu/layernorm.cpp, each quantity formed once): forward Σx (1),
 // d = x − mean (1), Σd² (2), d·rstd·w + b (3) = 7; backward g = dout·w (1), x̂ (2), Σg (1),
 // Σg·x̂ (2), dinp += rstd·(g − mean(g) − x̂·mean(g·x̂)) (5), dweight Σdout·x̂ (2), dbias (1)
@@ -428,10 +429,10 @@ constexpr const char* kCountingNote =
     "(counted as min(tokens, vocab)); cross-entropy reads only the real vocab columns. MB = "
     "1e6 bytes, GFLOP = 1e9 FLOPs, all calls of a row together.\n"
     "FLOPs: GEMMs 2·M·N·K (bias and accumulation epilogues not counted); elementwise ops per "
-    "element as in src/numerics/elementwise_math.h (exp_approx 22, GELU 30, GELU backward "
-    "42), layernorm 7 forward (8 with the residual add) and 14 backward, cross-entropy 25 per "
-    "logit forward and 50 backward (it recomputes the log-sum-exp: the forward saves only the "
-    "losses), rope 3 and 4 per rotated element; an fma counts 2. Optimizer per parameter "
+    "element as in src/numerics/elementwise_math.h (exp_approx 22, GELU 29, GELU backward "
+    "39 with its bias gradient), layernorm 7 forward (8 with the residual add) and 14 backward, "
+    "cross-entropy 25 per logit forward and 24 backward (from the log-sum-exp the forward "
+    "saves), rope 3 and 4 per rotated element; an fma counts 2. Optimizer per parameter "
     "(src/numerics/collage_math.h, torch order): 15 FLOPs for fp32-master/bf16/stochastic, 21 "
     "collage-light, 36 collage-plus, 18 kahan, and bytes per parameter 28 fp32-master "
     "(reads g, master, m, v; writes master, m, v, θ), 14 bf16/stochastic (reads θ, g, m, v; "
