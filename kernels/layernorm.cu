@@ -6,9 +6,10 @@
 // Row work (forward, and the backward's dinp) runs one warp per row: each lane owns the
 // chunks c = (lane + 32j)·W of the row, W = 8 (one Packed128) when C is a multiple of 8 and
 // every pointer is 16-byte aligned, else W = 1; the lanes' fp32 partial sums meet in
-// warp_sum. The cpu sums a row in SIMD lanes, so the statistics agree to rounding, not bits
-// (tests/cuda/layernorm_test.cpp states the tolerances). The parameter gradients are column
-// sums over the rows: kernels/column_sums.cuh, deterministic without float atomics.
+// warp_sum. The forward keeps a lane's chunks in registers between its three passes when the
+// row is at most 2048 wide. The cpu sums a row in SIMD lanes, so the statistics agree to
+// rounding, not bits (tests/cuda/layernorm_test.cpp states the tolerances). The parameter gradients
+// are column sums over the rows: kernels/column_sums.cuh, deterministic without float atomics.
 #include "kernels/column_sums.cuh"
 #include "kernels/common.cuh"
 #include "kernels/kernels.cuh"
@@ -20,14 +21,24 @@ namespace {
 constexpr int kLayernormThreads = 256;
 constexpr int kRowsPerBlock = kLayernormThreads / kWarpSize;  // a warp per row
 
+// The most 128-bit chunks a lane holds of a row in registers (layernorm_forward_kernel's
+// kLaneChunks): rows up to 8·32·8 = 2048 columns (GPT-2 to GPT 1.3B, BERT); wider rows read
+// their chunks again in each pass.
+constexpr int kMaxLaneChunks = 8;
+
 // One warp per row of x (N, C): out = (x - mean)·rstd·weight + bias (bias may be null);
 // mean, rstd (N) written when not null. kResidual: x is residual = rn(inp + b), stored by the
 // first pass and normalised from its rounded values (what add() then layernorm_forward() do);
 // otherwise x is inp and b, residual are unused.
-template <int W, bool kResidual>
+// kLaneChunks > 0 (W = 8, C ≤ kLaneChunks·256): the lane keeps its chunks of x as bf16 in
+// registers, so the second and third passes read no memory; the first pass's loads are the
+// kernel's only dependent trip to memory before its stores. 0: each pass loads them again. The
+// same operations in the same order either way, so the same bits.
+template <int W, bool kResidual, int kLaneChunks>
 __global__ void layernorm_forward_kernel(bf16_t* out, float* mean, float* rstd, bf16_t* residual,
                                          const bf16_t* inp, const bf16_t* b, const bf16_t* weight,
                                          const bf16_t* bias, int64_t N, int C, float eps) {
+  static_assert(kLaneChunks == 0 || W == Packed128<bf16_t>::size, "rows are held as Packed128");
   // This warp's row; this lane's chunks start at lane·W and step by a warp's W·32.
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
@@ -36,8 +47,30 @@ __global__ void layernorm_forward_kernel(bf16_t* out, float* mean, float* rstd, 
   const bf16_t* x = (kResidual ? residual : inp) + row * C;  // (C)
   bf16_t* y = out + row * C;                                 // (C)
 
+  // visit(j, c) for this lane's chunks c = first + j·step < C, in order.
+  auto for_lane_chunks = [&](auto visit) {
+    if constexpr (kLaneChunks > 0) {
+      COLLAGE_UNROLL
+      for (int j = 0; j < kLaneChunks; j++)
+        if (first + j * step < C) visit(j, first + j * step);
+    } else {
+      for (int c = first, j = 0; c < C; c += step, j++) visit(j, c);
+    }
+  };
+  Packed128<bf16_t> held[kLaneChunks > 0 ? kLaneChunks : 1];  // kLaneChunks > 0: chunk j of x
+  // Chunk j (at column c) of x after the first pass.
+  auto chunk_of_x = [&](int j, int c) {
+    if constexpr (kLaneChunks > 0) {
+      Chunk<W> v;
+      for (int k = 0; k < W; k++) v.v[k] = to_float(held[j].values[k]);
+      return v;
+    } else {
+      return load_chunk<W>(x + c);  // each lane reads back only the chunks it wrote itself
+    }
+  };
+
   float total = 0.0f;
-  for (int c = first; c < C; c += step) {
+  for_lane_chunks([&](int j, int c) {
     Chunk<W> v;
     if constexpr (kResidual) {
       const Chunk<W> va = load_chunk<W>(inp + row * C + c), vb = load_chunk<W>(b + row * C + c);
@@ -46,21 +79,23 @@ __global__ void layernorm_forward_kernel(bf16_t* out, float* mean, float* rstd, 
     } else {
       v = load_chunk<W>(x + c);
     }
+    if constexpr (kLaneChunks > 0) {
+      for (int k = 0; k < W; k++) held[j].values[k] = to_bf16(v.v[k]);  // exact
+    }
     for (int k = 0; k < W; k++) total += v.v[k];
-  }
-  // Each lane reads back only the residual chunks it wrote itself.
+  });
   const float m = warp_sum(total) / C;
   float squares = 0.0f;
-  for (int c = first; c < C; c += step) {
-    const Chunk<W> v = load_chunk<W>(x + c);
+  for_lane_chunks([&](int j, int c) {
+    const Chunk<W> v = chunk_of_x(j, c);
     for (int k = 0; k < W; k++) {
       const float d = v.v[k] - m;
       squares += d * d;
     }
-  }
+  });
   const float s = 1.0f / sqrtf(warp_sum(squares) / C + eps);
-  for (int c = first; c < C; c += step) {
-    const Chunk<W> v = load_chunk<W>(x + c), w = load_chunk<W>(weight + c);
+  for_lane_chunks([&](int j, int c) {
+    const Chunk<W> v = chunk_of_x(j, c), w = load_chunk<W>(weight + c);
     Chunk<W> result;
     if (bias) {
       const Chunk<W> bb = load_chunk<W>(bias + c);
@@ -69,7 +104,7 @@ __global__ void layernorm_forward_kernel(bf16_t* out, float* mean, float* rstd, 
       for (int k = 0; k < W; k++) result.v[k] = (v.v[k] - m) * s * w.v[k];
     }
     store_chunk(y + c, result);
-  }
+  });
   if (lane == 0) {
     if (mean) mean[row] = m;
     if (rstd) rstd[row] = s;
@@ -186,19 +221,41 @@ void backward(CudaContext& cx, bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, con
   }
 }
 
+// Launches layernorm_forward_kernel with its row held in registers when the row fits
+// (kLaneChunks = ⌈C / 256⌉ ≤ kMaxLaneChunks), else reading it again in each pass.
+template <int W, bool kResidual, int kLaneChunks = 1>
+void launch_forward(CudaContext& cx, const char* op, dim3 grid, dim3 block, int lane_chunks,
+                    bf16_t* out, float* mean, float* rstd, bf16_t* residual, const bf16_t* inp,
+                    const bf16_t* b, const bf16_t* weight, const bf16_t* bias, int64_t N, int C,
+                    float eps) {
+  if constexpr (kLaneChunks <= kMaxLaneChunks) {
+    if (lane_chunks != kLaneChunks)
+      return launch_forward<W, kResidual, kLaneChunks + 1>(cx, op, grid, block, lane_chunks, out,
+                                                           mean, rstd, residual, inp, b, weight,
+                                                           bias, N, C, eps);
+    launch(cx, op, layernorm_forward_kernel<W, kResidual, kLaneChunks>, grid, block)(
+        out, mean, rstd, residual, inp, b, weight, bias, N, C, eps);
+  } else {
+    launch(cx, op, layernorm_forward_kernel<W, kResidual, 0>, grid, block)(
+        out, mean, rstd, residual, inp, b, weight, bias, N, C, eps);
+  }
+}
+
 template <bool kResidual>
 void forward(CudaContext& cx, const char* op, bf16_t* out, float* mean, float* rstd,
              bf16_t* residual, const bf16_t* inp, const bf16_t* b, const bf16_t* weight,
              const bf16_t* bias, int64_t N, int C, float eps) {
   if (N == 0) return;  // shapes and tensors: checked by the contract (backend_contract.h)
-  const bool vector = C % Packed128<bf16_t>::size == 0 && aligned16(out, inp, weight) &&
+  constexpr int kVector = Packed128<bf16_t>::size;
+  const bool vector = C % kVector == 0 && aligned16(out, inp, weight) &&
                       (!bias || aligned16(bias)) && (!kResidual || aligned16(residual, b));
   const dim3 grid(unsigned(ceil_div(N, kRowsPerBlock))), block(kLayernormThreads);
   if (vector) {
-    launch(cx, op, layernorm_forward_kernel<Packed128<bf16_t>::size, kResidual>, grid, block)(
-        out, mean, rstd, residual, inp, b, weight, bias, N, C, eps);
+    const int lane_chunks = int(ceil_div(C, kWarpSize * kVector));  // > 0: C > 0 here
+    launch_forward<kVector, kResidual>(cx, op, grid, block, lane_chunks, out, mean, rstd, residual,
+                                       inp, b, weight, bias, N, C, eps);
   } else {
-    launch(cx, op, layernorm_forward_kernel<1, kResidual>, grid, block)(
+    launch(cx, op, layernorm_forward_kernel<1, kResidual, 0>, grid, block)(
         out, mean, rstd, residual, inp, b, weight, bias, N, C, eps);
   }
 }

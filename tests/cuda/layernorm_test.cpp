@@ -24,7 +24,9 @@ namespace {
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
 constexpr float kEps = 1e-5f;
-constexpr int kColumns[] = {1, 7, 64, 100, 768, 771};  // 64, 768: the 128-bit path
+// 64, 768, 1088, 2304: the 128-bit path; 1088 (some lanes hold 5 chunks of a row, the others 4)
+// and 2304 (more than the 8 chunks a lane holds in registers: read again in each pass) too.
+constexpr int kColumns[] = {1, 7, 64, 100, 768, 771, 1088, 2304};
 constexpr int64_t kRows[] = {1, 5, 33};
 
 // The spacing of bf16 values at |v| (8 significant bits; subnormal spacing 2^-133).
