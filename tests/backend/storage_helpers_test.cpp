@@ -12,16 +12,18 @@
 namespace collage::cpu {
 namespace {
 
-TEST(ExpApprox, WithinTwoUlpOverTheNormalRange) {
-  double worst = 0;
+TEST(ExpApprox, WithinOneUlpOverTheNormalRange) {
+  double worst = 0;  // in fp32 ulps at e^x
   for (double x = -87.0; x <= 88.0; x += 1e-3) {
     const float xf = static_cast<float>(x);
     const double want = std::exp(double(xf));
-    worst = std::max(worst, std::fabs(exp_approx(xf) - want) / want);
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    worst = std::max(worst, std::fabs(exp_approx(xf) - want) / ulp);
   }
-  // Degree-7 Taylor on |r| ≤ ln2/2 plus fp32 rounding of about 7 operations: < 2 ulp
-  // (2 · 2^-24 = 1.19e-7 relative).
-  EXPECT_LT(worst, 1.2e-7);
+  // Degree-7 Taylor on |r| ≤ ln2/2 (truncation < 2e-8 relative) and the fma form's roundings
+  // (numerics/elementwise_math.h): 0.92 ulp at worst; the same steps as separate multiplies
+  // and adds reached 1.17.
+  EXPECT_LT(worst, 1.0);
 }
 
 TEST(ExpApprox, ClampsTheTailsAndPassesNaN) {
