@@ -470,7 +470,8 @@ __global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
 }
 
 // P and dP = F·(dout·vᵀ) of the staged key tile at k0 for 16 queries (an m-tile): s holds
-// their q·kᵀ and dp their dout·vᵀ on entry, P and dP on return (0 where query i does not see j).
+// their q·kᵀ and dp their dout·vᵀ on entry, P and dP on return (both 0 where query i does not
+// see j, so that a hidden key's v, whatever it holds, adds nothing to dS = P (dP - D)).
 // `row_lse` is -inf for a query that saw no key (it sees none here either).
 template <int kKeyBlocks>
 __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
@@ -489,6 +490,10 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
     lse_log2e[r] = (row_lse[r] == kAttentionMinusInf ? -kAttentionMinusInf : row_lse[r]) * kLog2e;
   // Two loops rather than one with `!tile_masked || ...`: with the test inside, nvcc branches
   // around every exponential (BSSY, BRA, BSYNC an element in the SASS), masked tile or not.
+  // On a tile without hidden pairs, dP keeps its value where P underflows to 0: there
+  // dS = 0·(dP - D) is ±0, which adds nothing to the fp32 sums of dS·k (from +0, a sum of ±0
+  // terms stays +0), the bits of dP = 0; only a non-finite dout·v would show, as it does on the
+  // cpu (whose P never reaches 0). The test would cost two instructions an element.
   if (tile_masked) {
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {
@@ -497,6 +502,7 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
         const int r = e / 2, j = k0 + fragment_column(nb, e);
         const bool visible = j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j);
         s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[r]) : 0.0f;
+        dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
       }
     }
   } else {
@@ -507,12 +513,7 @@ __device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
         s[nb].v[e] = softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[e / 2]);
     }
   }
-  COLLAGE_UNROLL
-  for (int nb = 0; nb < kKeyBlocks; nb++) {
-    COLLAGE_UNROLL
-    for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
-  }
-  if (dropout.p != 0.0f) {  // dP = F·(dout·vᵀ); where P = 0, dP was set to 0 above
+  if (dropout.p != 0.0f) {  // dP = F·(dout·vᵀ); a pair with P = 0 keeps dP (dS is 0 there)
     COLLAGE_UNROLL
     for (int nb = 0; nb < kKeyBlocks; nb++) {
       COLLAGE_UNROLL
@@ -702,7 +703,7 @@ __device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks]
         dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - row_delta[ii]);
       }
     }
-  } else {
+  } else if (tile_masked) {
     COLLAGE_UNROLL
     for (int nb = 0; nb < kQueryBlocks; nb++) {
       const int ii = fragment_column(nb, 0);  // the lane's queries ii and ii + 1 of the tile
@@ -712,6 +713,16 @@ __device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks]
         const float p = s[nb].v[e];
         dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] - delta[e % 2]);
       }
+    }
+  } else {
+    // On a tile without hidden pairs, P = 0 (an underflow) gives dS = ±0 without the test: the
+    // same sums as dS = 0 (probabilities(), above).
+    COLLAGE_UNROLL
+    for (int nb = 0; nb < kQueryBlocks; nb++) {
+      const int ii = fragment_column(nb, 0);
+      const float delta[2] = {row_delta[ii], row_delta[ii + 1]};
+      COLLAGE_UNROLL
+      for (int e = 0; e < 4; e++) dp[nb].v[e] = s[nb].v[e] * (dp[nb].v[e] - delta[e % 2]);
     }
   }
 }
