@@ -72,15 +72,23 @@ __global__ void layernorm_forward_kernel(bf16_t* out, float* mean, float* rstd, 
   float total = 0.0f;
   for_lane_chunks([&](int j, int c) {
     Chunk<W> v;
-    if constexpr (kResidual) {
+    if constexpr (kLaneChunks > 0) {  // the chunk as bf16 into held[j] (W = 8), then as fp32
+      if constexpr (kResidual) {
+        const Chunk<W> va = load_chunk<W>(inp + row * C + c), vb = load_chunk<W>(b + row * C + c);
+        for (int k = 0; k < W; k += 2)
+          to_bf16_pair(held[j].values[k], held[j].values[k + 1], va.v[k] + vb.v[k],
+                       va.v[k + 1] + vb.v[k + 1]);
+        store128(residual + row * C + c, held[j]);
+      } else {
+        held[j] = load128(x + c);
+      }
+      v = chunk_of_x(j, c);
+    } else if constexpr (kResidual) {
       const Chunk<W> va = load_chunk<W>(inp + row * C + c), vb = load_chunk<W>(b + row * C + c);
       for (int k = 0; k < W; k++) v.v[k] = to_float(to_bf16(va.v[k] + vb.v[k]));
       store_chunk(residual + row * C + c, v);  // exact: v is already rounded
     } else {
       v = load_chunk<W>(x + c);
-    }
-    if constexpr (kLaneChunks > 0) {
-      for (int k = 0; k < W; k++) held[j].values[k] = to_bf16(v.v[k]);  // exact
     }
     for (int k = 0; k < W; k++) total += v.v[k];
   });
