@@ -99,8 +99,9 @@ __device__ __forceinline__ void stage_async(bf16_t* tile, const bf16_t* head, in
   constexpr int kPassRows = kThreads / kChunks;  // rows the block copies in one pass
   static_assert(kThreads % kChunks == 0 && kTileRows % kPassRows == 0,
                 "every thread copies as many chunks, of one column");
-  const int row = first + int(threadIdx.x) / kChunks, column = int(threadIdx.x) % kChunks * 8;
-  bf16_t* destination = tile + (row - first) * kStride<kHeadSize> + column;
+  const int tile_row = int(threadIdx.x) / kChunks, column = int(threadIdx.x) % kChunks * 8;
+  const int row = first + tile_row;
+  bf16_t* destination = tile + tile_row * kStride<kHeadSize> + column;
   int64_t offset = row * row_stride + column;  // of (row + pass·kPassRows, column) in head
   COLLAGE_UNROLL
   for (int pass = 0; pass < kTileRows / kPassRows; pass++) {

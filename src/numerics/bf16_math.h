@@ -37,6 +37,15 @@
 #else
 #define COLLAGE_HD
 #endif
+// COLLAGE_HD, and inlined into every caller whatever the translation unit's size: GCC's early
+// inliner costs each fma as a call and keeps a function with several out of line in a large
+// file, and a call in a loop stops the loop from vectorizing (elementwise_math.h's exp_approx
+// and GELUs: the cpu's GELU and cross-entropy ran ~4× slower so).
+#ifdef __CUDACC__
+#define COLLAGE_HD_ALWAYS_INLINE __host__ __device__ __forceinline__
+#else
+#define COLLAGE_HD_ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
 
 namespace collage::math {
 inline namespace COLLAGE_ISA_NAMESPACE {

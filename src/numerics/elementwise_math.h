@@ -8,18 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "numerics/bf16_math.h"  // COLLAGE_HD
+#include "numerics/bf16_math.h"  // COLLAGE_HD_ALWAYS_INLINE, f32_fma
 #include "numerics/isa_namespace.h"
-
-// exp_approx and the GELUs are inlined into every caller, whatever the translation unit's size:
-// GCC's early inliner costs each fma as a call and would keep them out of line in a large file,
-// and a call in a loop stops the loop from vectorizing (the cpu's GELU and cross-entropy ran
-// ~4× slower so).
-#ifdef __CUDACC__
-#define COLLAGE_HD_ALWAYS_INLINE __host__ __device__ __forceinline__
-#else
-#define COLLAGE_HD_ALWAYS_INLINE inline __attribute__((always_inline))
-#endif
 
 namespace collage::math {
 inline namespace COLLAGE_ISA_NAMESPACE {
