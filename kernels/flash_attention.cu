@@ -4,31 +4,30 @@
 // mma.m16n8k16 (kernels/mma.cuh): bf16 operands, fp32 accumulation. attention.cu sends a call
 // here when flash_attention_serves() it; other head sizes stay on its SIMT kernels.
 //
-// Work split (WorkSplit below, one per kernel and head size). Forward and dq: a block takes
-// kBlockRows queries of one (b, h), each of its 4 warps kWarpRows of them (one or two m-tiles
-// of 16); the block stages each tile of kTile keys of k and v in shared memory (bf16 rows
-// padded by 8 elements, so the 8 row addresses of an ldmatrix fall in different banks) and
-// the warps read their B fragments from it with ldmatrix. dk, dv: a block takes kBlockRows
-// keys, a warp kWarpRows, and the block stages tiles of kTile queries of q and dout with their
-// lse and D. The block's own rows (q; q and dout; k and v) stay in shared memory too, read with
-// ldmatrix at each use. Tiles are double-buffered: cp.async (kernels/async_copy.cuh) fetches
-// the next while the warps multiply the current, one barrier per tile. Under a causal mask a
-// warp skips the tiles none of its rows sees. The split changes no bit of dq, dk or dv (each
-// element's terms meet the tensor cores 16 at a time in key or query order whatever the
-// tiles), and none of out or lse as long as the forward's kTile stays (its online softmax
-// rescales once per tile).
+// Work split (WorkSplit below, one per kernel and head size). Forward: a block takes kBlockRows
+// queries of one (b, h), each of its 4 warps kWarpRows of them (one or two m-tiles of 16); the
+// block stages each tile of kTile keys of k and v in shared memory (bf16 rows padded by 8
+// elements, so the 8 row addresses of an ldmatrix fall in different banks) and the warps read
+// their B fragments from it with ldmatrix. Backward: a block takes kBlockRows keys, a warp
+// kWarpRows, and the block stages tiles of kTile queries of q and dout with their lse and D.
+// The block's own rows (q; k and v) stay in shared memory too, read with ldmatrix at each use.
+// Tiles are double-buffered: cp.async (kernels/async_copy.cuh) fetches the next while the warps
+// multiply the current, one barrier per tile. Under a causal mask a warp skips the tiles none of
+// its rows sees. The split changes no bit of dk or dv (each element's terms meet the tensor
+// cores 16 at a time in query order whatever the tiles), and none of out or lse as long as the
+// forward's kTile stays (its online softmax rescales once per tile); dq's bits depend on the
+// backward's kBlockRows (its sum over each key block is rounded to fp32 before the next adds).
 // Fragments (src/simt/warp_matrix.h): a lane holds rows g = lane/4 and g + 8 of an m-tile's 16,
 // columns 2t and 2t + 1 (t = lane % 4) of every 8-column block; softmax statistics of a row are
 // reduced over the 4 lanes t = 0..3 that hold it.
 //
 //  forward: online softmax over the key tiles (as attention.cu), lse saved.
-//  dq: D_i = dout_i·out_i (saved in `delta`), then over the key tiles recompute P and dP and
-//    accumulate dS·k. (The cpu and the SIMT kernels sum D_i = Σ_j P_ij·dP_ij, equal to
-//    dout_i·out_i since out_i = Σ_j Z_ij v_j; from the bf16 out it costs one pass over HS values
-//    instead of a second pass over the keys, as FlashAttention-2 does.)
-//  dk, dv: per query tile, recompute Pᵀ and dPᵀ (from k·qᵀ and v·doutᵀ), then accumulate
-//    Zᵀ·dout and dSᵀ·q.
-// Deterministic: every sum has a fixed order, and no atomics.
+//  backward, two launches: D_i = dout_i·out_i (saved in `delta`); then one kernel that, per
+//    query tile, recomputes Pᵀ and dPᵀ (from k·qᵀ and v·doutᵀ), accumulates Zᵀ·dout and dSᵀ·q
+//    in registers, and adds the block's part of dS·k to dq in turn with the other key blocks
+//    (kernels/turns.cuh): five products a pair of tiles, where a dq kernel of its own had to
+//    recompute P and dP (seven).
+// Deterministic: every sum has a fixed order, and no float atomics.
 //
 // Numbers. The products' operands q, k, v, dout are bf16 already. The left factor of Z·v, dS·k,
 // Zᵀ·dout and dSᵀ·q is computed in fp32 and rounded to bf16 for the tensor cores (as
@@ -44,6 +43,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/column_sums.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/turns.cuh"
 
 namespace collage::cuda {
 COLLAGE_CUDA_VARIANT_BEGIN
@@ -53,7 +53,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 
 // How a kernel cuts its work: each warp owns kWarpTiles m-tiles of 16 rows (queries in the
-// forward and dq, keys in dk/dv), so a block owns kBlockRows; the other side (keys, or queries)
+// forward, keys in the backward), so a block owns kBlockRows; the other side (keys, or queries)
 // is staged kTile rows at a time. With two m-tiles a warp multiplies each B fragment it loads
 // into both (half the ldmatrix per mma, twice the independent accumulators), for twice the
 // accumulator registers.
@@ -66,21 +66,18 @@ struct WorkSplit {
   static constexpr int kBlockRows = kWarps * kWarpRows;
   static constexpr int kTile = kTileOf;
 };
-// Every kernel keeps its A operand rows (q; q and dout; k and v) in shared memory and reads
-// them at each use rather than holding them as register fragments: fewer registers per thread,
-// so more resident warps to hide the latencies that bound these kernels. On sm_90 at HS 64:
-// forward 125 registers (4 blocks per SM), dq 126 (4), dk/dv 168 (3); at HS 128: 160 (3, a
-// 32-key tile so that 3 blocks' shared memory fits), 168 (3), 242 (2). With A in registers and
-// 64-row tiles they took 156, 229 and 246 (3, 2, 2 blocks) at HS 64. Two m-tiles a warp
-// (FlashAttention-2's 32-row warps) take 242-255 registers, and on an H200 they were slower
-// in every kernel (forward 2.45 -> 4.04 ms a 124M step), as were more blocks an SM bought with
+// Every kernel keeps its A operand rows (q; k and v) in shared memory and reads them at each
+// use rather than holding them as register fragments: fewer registers per thread, so more
+// resident warps to hide the latencies that bound these kernels. Two m-tiles a warp
+// (FlashAttention-2's 32-row warps) took 242-255 registers, and on an H200 they were slower in
+// every kernel (forward 2.45 -> 4.04 ms a 124M step), as were more blocks an SM bought with
 // spills or smaller tiles (docs/ARCHITECTURE.md, "Where the attention kernels stand").
+// Registers on sm_90 (ptxas): forward 120 at HS 64 (4 blocks an SM), 156 at HS 128 (3, a 32-key
+// tile so that 3 blocks' shared memory fits); backward 159 (3) and 250 (2).
 template <int kHeadSize>
 using ForwardSplit = WorkSplit<1, kHeadSize == 64 ? 64 : 32>;  // queries; keys a tile
 template <int kHeadSize>
-using QuerySplit = WorkSplit<1, 32>;  // dq: queries; keys a tile
-template <int kHeadSize>
-using KeySplit = WorkSplit<1, 32>;  // dk, dv: keys; queries a tile
+using BackwardSplit = WorkSplit<1, 32>;  // keys; queries a tile
 
 template <int kHeadSize>
 constexpr int kStride = kHeadSize + 8;  // row stride of a staged tile, bf16 elements
@@ -276,8 +273,8 @@ __device__ __forceinline__ void chunk_sums_of_rows(float* partials, const bf16_t
   }
 }
 
-// The tiles of two (T, HS) matrices that a kernel walks together (k and v in the forward and
-// dq, q and dout in dk, dv), double-buffered: while the warps work on the tiles in one buffer,
+// The tiles of two (T, HS) matrices that a kernel walks together (k and v in the forward, q and
+// dout in the backward), double-buffered: while the warps work on the tiles in one buffer,
 // cp.async fills the other with the next. Shared memory holds first(0), second(0), first(1),
 // second(1), each (kTileRows, kStride).
 template <int kHeadSize, int kTileRows>
@@ -307,14 +304,14 @@ struct TilePairs {
   }
 };
 
-// The query (forward, dq) or key (dk, dv) block of blockIdx.x: causal blocks late in the
-// sequence have the most tiles, so those start first.
+// The forward's query block of blockIdx.x: causal blocks late in the sequence have the most
+// tiles, so those start first.
 __device__ __forceinline__ int block_index(bool causal) {
   return causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
 }
 
 // The rows this lane holds in each of a warp's kM m-tiles (fragment rows g and g + 8), the
-// warp's first row being `first`: queries in the forward and dq, keys in dk/dv.
+// warp's first row being `first`: queries in the forward, keys in the backward.
 template <int kM>
 __device__ __forceinline__ void lane_rows(int (&rows)[kM][2], int first) {
   const int g = int(threadIdx.x % kWarpSize) / 4;
@@ -470,183 +467,35 @@ __global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
   }
 }
 
-// P and dP = F·(dout·vᵀ) of the staged key tile at k0 for 16 queries (an m-tile): s holds
-// their q·kᵀ and dp their dout·vᵀ on entry, P and dP on return (both 0 where query i does not
-// see j, so that a hidden key's v, whatever it holds, adds nothing to dS = P (dP - D)).
-// `row_lse` is -inf for a query that saw no key (it sees none here either).
-template <int kKeyBlocks>
-__device__ __forceinline__ void probabilities(FragmentC (&s)[kKeyBlocks],
-                                              FragmentC (&dp)[kKeyBlocks], const int (&rows)[2],
-                                              const float (&row_lse)[2], int k0, int b, int h,
-                                              const int32_t* key_ok, bool causal, int T, int NH,
-                                              float scale, const AttentionDropout& dropout) {
-  const int first_row = rows[0] - int(threadIdx.x % kWarpSize) / 4;  // the warp's
-  const bool tile_masked = key_ok != nullptr || k0 + kKeyBlocks * 8 > T ||
-                           (causal && k0 + kKeyBlocks * 8 - 1 > first_row);
-  // e^(S - lse), with lse +inf in place of -inf so that such a row's P is e^-inf = 0.
-  const float scale_log2e = scale * kLog2e;
-  float lse_log2e[2];
-  COLLAGE_UNROLL
-  for (int r = 0; r < 2; r++)
-    lse_log2e[r] = (row_lse[r] == kAttentionMinusInf ? -kAttentionMinusInf : row_lse[r]) * kLog2e;
-  // Two loops rather than one with `!tile_masked || ...`: with the test inside, nvcc branches
-  // around every exponential (BSSY, BRA, BSYNC an element in the SASS), masked tile or not.
-  // On a tile without hidden pairs, dP keeps its value where P underflows to 0: there
-  // dS = 0·(dP - D) is ±0, which adds nothing to the fp32 sums of dS·k (from +0, a sum of ±0
-  // terms stays +0), the bits of dP = 0; only a non-finite dout·v would show, as it does on the
-  // cpu (whose P never reaches 0). The test would cost two instructions an element.
-  if (tile_masked) {
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) {
-      COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) {
-        const int r = e / 2, j = k0 + fragment_column(nb, e);
-        const bool visible = j < T && (!causal || j <= rows[r]) && key_visible(key_ok, j);
-        s[nb].v[e] = visible ? softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[r]) : 0.0f;
-        dp[nb].v[e] = s[nb].v[e] != 0.0f ? dp[nb].v[e] : 0.0f;
-      }
-    }
-  } else {
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) {
-      COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++)
-        s[nb].v[e] = softmax_exp(s[nb].v[e], scale_log2e, lse_log2e[e / 2]);
-    }
-  }
-  if (dropout.p != 0.0f) {  // dP = F·(dout·vᵀ); a pair with P = 0 keeps dP (dS is 0 there)
-    COLLAGE_UNROLL
-    for (int nb = 0; nb < kKeyBlocks; nb++) {
-      COLLAGE_UNROLL
-      for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[r], columns j, j + 1
-        if (s[nb].v[2 * r] == 0.0f && s[nb].v[2 * r + 1] == 0.0f) continue;
-        const AttentionDropout::Pair f =
-            dropout_factor_pair(dropout, b, h, rows[r], k0 + fragment_column(nb, 0), T, NH);
-        dp[nb].v[2 * r] *= f.first;
-        dp[nb].v[2 * r + 1] *= f.second;
-      }
-    }
-  }
-}
-
-// dq part of dqkv (B, T, 3C) = scale·dS·k; delta (B, NH, T) = D. Block (query block, h, b).
-// out (B, T, C) is the forward's output.
-template <int kHeadSize, int kWarpTiles, int kTileRows>
+// delta (B, NH, T) = D_i = dout_i·out_i from the bf16 out, and the turn counters of the
+// backward's dq sums (B, NH, query tiles, kWarps) set to 0 for it. Block (query tile, h, b):
+// kTile queries, 4 lanes a row; lane t of a row sums its columns 2t, 2t + 1, 2t + 8, ... and the
+// quad adds the four shares, the order in which a tensor-core fragment's lanes would (and the
+// dq kernel of the two-kernel backward did, so the same bits of D). (The cpu and the SIMT
+// kernels sum D_i = Σ_j P_ij·dP_ij, equal to dout_i·out_i since out_i = Σ_j Z_ij v_j; from out
+// it costs one pass over HS values instead of a second pass over the keys, as
+// FlashAttention-2 does.)
+template <int kHeadSize, int kTile>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_query_kernel(bf16_t* dqkv, float* delta, const bf16_t* dout, const bf16_t* out,
-                                const bf16_t* qkv, const float* lse, const int32_t* key_mask,
-                                bool causal, int T, int NH, float scale, AttentionDropout dropout,
-                                float* sum_partials) {
-  using Split = WorkSplit<kWarpTiles, kTileRows>;
-  constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
-  constexpr int kDimBlocks = kHeadSize / 8, kKeyBlocks = kTile / 8;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int q0 = block_index(causal) * Split::kBlockRows;
-  const int warp_row0 = warp * Split::kWarpRows;  // in the block
-  int rows[kM][2];                                // this lane's queries
-  lane_rows(rows, q0 + warp_row0);
-  const HeadSlices head = head_slices(qkv, b, h, T, NH, kHeadSize);
-  const int64_t C = head.C;
-  const bf16_t* dout_head = dout + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
-  const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
-  const float* lse_head = lse + (int64_t(b) * NH + h) * T;
-
-  // The block's q and dout rows (kBlockRows, kStride) each, staged once; then the key tiles.
-  COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
-  bf16_t* q_rows = shared;
-  bf16_t* dy_rows = q_rows + Split::kBlockRows * kStride<kHeadSize>;
-  const TilePairs<kHeadSize, kTile> tiles{dy_rows + Split::kBlockRows * kStride<kHeadSize>, head.k,
-                                          head.row_stride, head.v, head.row_stride};
-  const int key_end = causal ? min(T, q0 + Split::kBlockRows) : T;
-  const int warp_key_end = keys_seen_end<Split::kWarpRows>(q0 + warp_row0, causal, T);
-  stage_async<kHeadSize, Split::kBlockRows>(q_rows, head.q, head.row_stride, q0, T);
-  stage_async<kHeadSize, Split::kBlockRows>(dy_rows, dout_head, C, q0, T);
-  tiles.start(0, 0, T);  // the same commit group: the loop's first wait covers all
-  float row_lse[kM][2];
-  COLLAGE_UNROLL
-  for (int m = 0; m < kM; m++) {
+    flash_backward_delta_kernel(float* delta, int* turns, const bf16_t* dout, const bf16_t* out,
+                                int T, int NH) {
+  static_assert(kThreads == 4 * kTile, "a quad of lanes a query");
+  const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int i = tile * kTile + int(threadIdx.x) / 4, t = int(threadIdx.x) % 4;
+  const int64_t C = int64_t(NH) * kHeadSize;
+  float share = 0.0f;
+  if (i < T) {
+    const int64_t row = (int64_t(b) * T + i) * C + int64_t(h) * kHeadSize;
+    const bf16_t *dy_row = dout + row, *out_row = out + row;
     COLLAGE_UNROLL
-    for (int r = 0; r < 2; r++)
-      row_lse[m][r] = rows[m][r] < T ? lse_head[rows[m][r]] : kAttentionMinusInf;
+    for (int d = 2 * t; d < kHeadSize; d += 8)
+      share += to_float(dy_row[d]) * to_float(out_row[d]) +
+               to_float(dy_row[d + 1]) * to_float(out_row[d + 1]);
   }
-
-  // D_i = dout_i·out_i: each lane sums its quarter of the row (the columns of its fragments),
-  // the quad adds the four shares.
-  const bf16_t* out_head = out + int64_t(b) * T * C + int64_t(h) * kHeadSize;  // stride C
-  float row_delta[kM][2];
-  COLLAGE_UNROLL
-  for (int m = 0; m < kM; m++) {
-    COLLAGE_UNROLL
-    for (int r = 0; r < 2; r++) {
-      const int i = rows[m][r];
-      float share = 0.0f;
-      if (i < T) {
-        const bf16_t *dy_row = dout_head + i * C, *out_row = out_head + i * C;
-        COLLAGE_UNROLL
-        for (int d = 2 * (lane % 4); d < kHeadSize; d += 8)
-          share += to_float(dy_row[d]) * to_float(out_row[d]) +
-                   to_float(dy_row[d + 1]) * to_float(out_row[d + 1]);
-      }
-      row_delta[m][r] = quad_sum(share);
-      if (lane % 4 == 0 && i < T) delta[(int64_t(b) * NH + h) * T + i] = row_delta[m][r];
-    }
-  }
-
-  // dq_i = scale·Σ_j P_ij (dP_ij - D_i) k_j, P and dP recomputed per key tile.
-  FragmentC dq[kM][kDimBlocks];
-  for (int k0 = 0, buffer = 0; k0 < key_end; k0 += kTile, buffer ^= 1) {
-    tiles.next(k0, key_end, buffer, T);
-    if constexpr (Split::kTile < Split::kBlockRows) {  // else every warp sees every tile
-      if (k0 >= warp_key_end) continue;                // the same for every lane of the warp
-    }
-    const bf16_t *k_tile = tiles.first(buffer), *v_tile = tiles.second(buffer);
-    FragmentC s[kM][kKeyBlocks], dp[kM][kKeyBlocks];
-    multiply_by_rows<kHeadSize, kTile, kM>(s, q_rows, warp_row0, k_tile);
-    multiply_by_rows<kHeadSize, kTile, kM>(dp, dy_rows, warp_row0, v_tile);
-    COLLAGE_UNROLL
-    for (int m = 0; m < kM; m++) {
-      probabilities(s[m], dp[m], rows[m], row_lse[m], k0, b, h, key_ok, causal, T, NH, scale,
-                    dropout);
-      COLLAGE_UNROLL
-      for (int nb = 0; nb < kKeyBlocks; nb++) {  // dS = P (dP - D), into dp
-        COLLAGE_UNROLL
-        for (int e = 0; e < 4; e++)
-          dp[m][nb].v[e] = s[m][nb].v[e] * (dp[m][nb].v[e] - row_delta[m][e / 2]);
-      }
-    }
-    multiply_rounded<kHeadSize, kTile, kM>(dq, dp, k_tile);
-  }
-  COLLAGE_UNROLL
-  for (int m = 0; m < kM; m++) {
-    COLLAGE_UNROLL
-    for (int r = 0; r < 2; r++) {
-      if (rows[m][r] >= T) continue;
-      bf16_t* dq_row = dqkv + head.offset + rows[m][r] * head.row_stride;
-      COLLAGE_UNROLL
-      for (int nd = 0; nd < kDimBlocks; nd++)
-        write_pair(dq_row + fragment_column(nd, 0), scale, dq[m][nd].v[2 * r],
-                   dq[m][nd].v[2 * r + 1]);
-    }
-  }
-  if (!sum_partials) return;  // the same for the whole block
-  // The block's dq rows as written, into the memory of the staged rows and tiles (every warp is
-  // past its last read of them after the barrier), then their chunk sums.
-  __syncthreads();
-  bf16_t* stored = shared;  // (kBlockRows, kStride): padded as the tiles, so no bank conflicts
-  COLLAGE_UNROLL
-  for (int m = 0; m < kM; m++) {
-    COLLAGE_UNROLL
-    for (int r = 0; r < 2; r++) {
-      COLLAGE_UNROLL
-      for (int nd = 0; nd < kDimBlocks; nd++)
-        write_pair(stored + (rows[m][r] - q0) * kStride<kHeadSize> + fragment_column(nd, 0), scale,
-                   dq[m][nd].v[2 * r], dq[m][nd].v[2 * r + 1]);
-    }
-  }
-  __syncthreads();
-  chunk_sums_of_rows<kHeadSize, Split::kBlockRows>(sum_partials, stored, b, q0, T, 3 * C,
-                                                   h * kHeadSize);
+  const float row_delta = quad_sum(share);
+  const int64_t head = int64_t(b) * NH + h;
+  if (t == 0 && i < T) delta[head * T + i] = row_delta;
+  if (threadIdx.x < kWarps) turns[(head * gridDim.x + tile) * kWarps + threadIdx.x] = 0;
 }
 
 // Zᵀ = (P·F)ᵀ into s and dSᵀ = (P (F·dZ - D))ᵀ into dp, for 16 keys (an m-tile) and the staged
@@ -666,7 +515,8 @@ __device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks]
   // need the per-element test.
   const bool tile_masked = !key_seen[0] || !key_seen[1] || key_ok != nullptr || i0 + kTile > T ||
                            (causal && keys[1] - lane / 4 + 7 > i0);
-  // P. Masked tiles and the others in separate loops, as in probabilities().
+  // P. Two loops rather than one with `!tile_masked || ...`: with the test inside, nvcc branches
+  // around every exponential (BSSY, BRA, BSYNC an element in the SASS), masked tile or not.
   if (tile_masked) {
     COLLAGE_UNROLL
     for (int nb = 0; nb < kQueryBlocks; nb++) {
@@ -716,8 +566,10 @@ __device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks]
       }
     }
   } else {
-    // On a tile without hidden pairs, P = 0 (an underflow) gives dS = ±0 without the test: the
-    // same sums as dS = 0 (probabilities(), above).
+    // On a tile without hidden pairs, P = 0 only by underflow, and dS = 0·(dP - D) is then ±0,
+    // which adds nothing to the fp32 sums of dSᵀ·q and dS·k (from +0, a sum of ±0 terms stays
+    // +0): the bits of dS = 0 without the test's two instructions an element. Only a non-finite
+    // dout·v would show, as it does on the cpu (whose P never reaches 0).
     COLLAGE_UNROLL
     for (int nb = 0; nb < kQueryBlocks; nb++) {
       const int ii = fragment_column(nb, 0);
@@ -728,18 +580,72 @@ __device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks]
   }
 }
 
-// dk, dv parts of dqkv (B, T, 3C) = scale·dSᵀ·q, Zᵀ·dout. Block (key block, h, b).
+// The backward's shared memory beyond the staged rows and tiles (staged_bytes): the tiles' lse
+// and D (2 buffers each), the block's rn(dSᵀ) of the current tile (kBlockRows keys, kDsStride),
+// and the finished dq rows of a tile for their column sums (kTile, kStride).
+template <int kTile>
+constexpr int kDsStride = kTile + 8;  // bf16: ldmatrix's 8 row addresses in different banks
+template <int kHeadSize, typename Split>
+size_t backward_extra_bytes() {
+  const size_t stats = 4 * size_t(Split::kTile) * sizeof(float);
+  const size_t ds_t = size_t(Split::kBlockRows) * kDsStride<Split::kTile> * sizeof(bf16_t);
+  const size_t dq_rows = size_t(Split::kTile) * kStride<kHeadSize> * sizeof(bf16_t);
+  return stats + ds_t + dq_rows;
+}
+
+// part += rn(dS)·k over the block's kKeys keys for one warp's share of a query tile: queries
+// [query0, query0 + 16) and head columns [column0, column0 + HS/2). ds_t holds rn(dSᵀ)
+// (kKeys, kDsStride), read transposed into A fragments; k_rows the block's keys (kKeys, kStride).
+template <int kHeadSize, int kKeys, int kTile>
+__device__ __forceinline__ void ds_times_keys(FragmentC (&part)[kHeadSize / 16], const bf16_t* ds_t,
+                                              const bf16_t* k_rows, int query0, int column0) {
+  const int lane = threadIdx.x % kWarpSize;
+  COLLAGE_UNROLL
+  for (int kk = 0; kk < kKeys / 16; kk++) {
+    // Matrix l / 8 of the A fragment (queries × keys) is the transpose of the 8×8 block at keys
+    // kk·16 + 8·(l / 16), queries query0 + 8·((l / 8) % 2) of ds_t (mma.cuh's fragment order).
+    FragmentA a;
+    ldmatrix<4, true>(a.r, ds_t + (kk * 16 + lane % 8 + (lane / 16) * 8) * kDsStride<kTile> +
+                               query0 + ((lane / 8) % 2) * 8);
+    COLLAGE_UNROLL
+    for (int nd = 0; nd < kHeadSize / 16; nd += 2) {
+      FragmentB first, second;
+      load_b_columns<kHeadSize>(first, second, k_rows, kk * 16, column0 + nd * 8);
+      mma(part[nd], a, first);
+      mma(part[nd + 1], a, second);
+    }
+  }
+}
+
+// dq, dk, dv parts of dqkv (B, T, 3C): scale·dS·k, scale·dSᵀ·q, Zᵀ·dout. Block (key block, h,
+// b), its keys' blocks taken from the last (blockIdx.x = 0) to the first, for the turns below.
+// For each query tile the block sees, the warps recompute Pᵀ and dPᵀ of their keys and add to
+// dk and dv (in registers, over the tiles), then stage rn(dSᵀ) of the block's keys so that each
+// warp can multiply a quarter of the tile's dq part, dS·k over the block's keys: queries
+// 16·(warp % 2) onward, head columns HS/2·(warp / 2) onward.
+// dq sums those parts over the key blocks that see the tile, in a fixed order, without float
+// atomics (kernels/turns.cuh): from the last such key block down to key block 0, each adding its
+// part to the running sum in `dq_sums` (B, NH, query tiles·kTile, HS) when the tile's counter
+// in `turns` (B, NH, query tiles, kWarps; 0 on entry, flash_backward_delta_kernel) says it is
+// its turn. A block's predecessor in every order is key block + 1, a lower blockIdx.x, started
+// before it; and under a causal mask it reaches a tile two tiles before this block does, so the
+// wait is usually over before it begins. Key block 0 takes the last turn and writes dq.
 template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_key_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
-                              const float* delta, const int32_t* key_mask, bool causal, int T,
-                              int NH, float scale, AttentionDropout dropout, float* sum_partials) {
+    flash_backward_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
+                          const float* delta, const int32_t* key_mask, bool causal, int T, int NH,
+                          float scale, AttentionDropout dropout, float* dq_sums, int* turns,
+                          float* sum_partials) {
   using Split = WorkSplit<kWarpTiles, kTileRows>;
   constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
+  static_assert(kM == 1 && kWarps == 4 && kTile == 32 && kTile == kColumnChunkRows,
+                "a warp's dq share is 16 queries of a 32-query tile and half the head; a tile "
+                "is one chunk of the bias sums");
   constexpr int kDimBlocks = kHeadSize / 8, kQueryBlocks = kTile / 8;
-  const int warp = threadIdx.x / kWarpSize;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int key0 = block_index(causal) * Split::kBlockRows;
+  const int key_blocks = int(gridDim.x), key_block = key_blocks - 1 - int(blockIdx.x);
+  const int key0 = key_block * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
   int keys[kM][2];                                // this lane's keys
   lane_rows(keys, key0 + warp_row0);
@@ -749,9 +655,13 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* key_ok = key_mask ? key_mask + int64_t(b) * T : nullptr;
   const float* lse_head = lse + (int64_t(b) * NH + h) * T;
   const float* delta_head = delta + (int64_t(b) * NH + h) * T;
+  const int query_tiles = ceil_div(T, kTile);
+  float* head_dq_sums = dq_sums + (int64_t(b) * NH + h) * query_tiles * kTile * kHeadSize;
+  int* head_turns = turns + (int64_t(b) * NH + h) * query_tiles * kWarps;
 
   // Shared memory: the block's k and v rows (kBlockRows, kStride) each, staged once; the query
-  // tiles of q and dout (TilePairs); then their lse (2, kTile) and D (2, kTile).
+  // tiles of q and dout (TilePairs); their lse (2, kTile) and D (2, kTile); rn(dSᵀ) of the tile
+  // (kBlockRows, kDsStride); a tile's dq rows as written (kTile, kStride).
   COLLAGE_DYNAMIC_SHARED(bf16_t, shared);
   bf16_t* k_rows = shared;
   bf16_t* v_rows = k_rows + Split::kBlockRows * kStride<kHeadSize>;
@@ -760,6 +670,8 @@ __global__ void __launch_bounds__(kThreads)
   float* stats = reinterpret_cast<float*>(tiles.end());
   auto tile_lse = [&](int buffer) { return stats + buffer * kTile; };
   auto tile_delta = [&](int buffer) { return stats + (2 + buffer) * kTile; };
+  bf16_t* ds_t = reinterpret_cast<bf16_t*>(stats + 4 * kTile);
+  bf16_t* dq_rows = ds_t + Split::kBlockRows * kDsStride<kTile>;
   stage_async<kHeadSize, Split::kBlockRows>(k_rows, head.k, head.row_stride, key0, T);
   stage_async<kHeadSize, Split::kBlockRows>(v_rows, head.v, head.row_stride, key0, T);
   // A hidden key is seen by no query: its gradients get nothing added.
@@ -779,8 +691,11 @@ __global__ void __launch_bounds__(kThreads)
   FragmentC dk[kM][kDimBlocks], dv[kM][kDimBlocks];
   const int first_query = causal ? key0 : 0;  // queries before the block's first key see none
   // Under a causal mask, a query tile that ends at or before the warp's first key holds no
-  // query that sees one of its keys: the warp skips it.
+  // query that sees one of its keys: the warp skips its products (its rows of dSᵀ are 0).
   const int warp_first_query = causal ? key0 + warp_row0 : 0;
+  // This warp's share of a tile's dq (ds_times_keys) and the lane's place in it.
+  const int share_query0 = 16 * (warp % 2), share_column0 = (kHeadSize / 2) * (warp / 2);
+  const int g = lane / 4, t = lane % 4;
   const int tid = int(threadIdx.x);
   tiles.start(first_query, 0, T);  // the same commit group as k and v: the first wait covers all
   if (tid < kTile)
@@ -791,9 +706,10 @@ __global__ void __launch_bounds__(kThreads)
     float next_lse = kAttentionMinusInf, next_delta = 0.0f;
     if (more && tid < kTile)
       next_lse = lse_of(i0 + kTile + tid), next_delta = delta_of(i0 + kTile + tid);
+    bf16_t* warp_ds_t = ds_t + warp_row0 * kDsStride<kTile>;
+    const bf16_t *q_rows = tiles.first(buffer), *dy_rows = tiles.second(buffer);
     // Skipped by the whole warp (kTile < kBlockRows: else every warp sees every tile).
     if (kTile >= Split::kBlockRows || i0 + kTile > warp_first_query) {
-      const bf16_t *q_rows = tiles.first(buffer), *dy_rows = tiles.second(buffer);
       const float *row_lse = tile_lse(buffer), *row_delta = tile_delta(buffer);
       FragmentC s[kM][kQueryBlocks], dp[kM][kQueryBlocks];  // k·qᵀ, v·doutᵀ: (16 keys, kTile)
       multiply_by_rows<kHeadSize, kTile, kM>(s, k_rows, warp_row0, q_rows);
@@ -804,6 +720,74 @@ __global__ void __launch_bounds__(kThreads)
                             causal, T, NH, scale_log2e, dropout);
       multiply_rounded<kHeadSize, kTile, kM>(dv, s, dy_rows);
       multiply_rounded<kHeadSize, kTile, kM>(dk, dp, q_rows);
+      COLLAGE_UNROLL
+      for (int nb = 0; nb < kQueryBlocks; nb++) {  // the same bf16 as dSᵀ·q's A fragments
+        store_bf16_pair(warp_ds_t + g * kDsStride<kTile> + nb * 8 + 2 * t, dp[0][nb].v[0],
+                        dp[0][nb].v[1]);
+        store_bf16_pair(warp_ds_t + (g + 8) * kDsStride<kTile> + nb * 8 + 2 * t, dp[0][nb].v[2],
+                        dp[0][nb].v[3]);
+      }
+    } else {
+      COLLAGE_UNROLL
+      for (int nb = 0; nb < kQueryBlocks; nb++) {
+        store_bf16_pair(warp_ds_t + g * kDsStride<kTile> + nb * 8 + 2 * t, 0.0f, 0.0f);
+        store_bf16_pair(warp_ds_t + (g + 8) * kDsStride<kTile> + nb * 8 + 2 * t, 0.0f, 0.0f);
+      }
+    }
+    __syncthreads();  // the block's dSᵀ staged
+
+    // This key block's part of the warp's share of dq, added in turn: the tile's key blocks
+    // from `last` (causal: the one holding its last query) down to 0.
+    FragmentC part[kDimBlocks / 2];
+    ds_times_keys<kHeadSize, Split::kBlockRows, kTile>(part, ds_t, k_rows, share_query0,
+                                                       share_column0);
+    const int tile = i0 / kTile;
+    const int last =
+        causal ? min(key_blocks - 1, (i0 + kTile - 1) / Split::kBlockRows) : key_blocks - 1;
+    int* counter = head_turns + tile * kWarps + warp;
+    // The lane's pairs: rows share_query0 + g + 8r of the tile, columns share_column0 + 8nd + 2t.
+    float* sums =
+        head_dq_sums + (int64_t(i0) + share_query0 + g) * kHeadSize + share_column0 + 2 * t;
+    if (key_block < last) {  // not the first turn: add the running sum
+      wait_for_turn(counter, last - key_block);
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks / 2; nd++) {
+        COLLAGE_UNROLL
+        for (int r = 0; r < 2; r++) {
+          const float2 sum = load_sum_pair(sums + 8 * r * kHeadSize + 8 * nd);
+          part[nd].v[2 * r] = sum.x + part[nd].v[2 * r];
+          part[nd].v[2 * r + 1] = sum.y + part[nd].v[2 * r + 1];
+        }
+      }
+    }
+    if (key_block > 0) {
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks / 2; nd++) {
+        COLLAGE_UNROLL
+        for (int r = 0; r < 2; r++)
+          store_sum_pair(sums + 8 * r * kHeadSize + 8 * nd, part[nd].v[2 * r],
+                         part[nd].v[2 * r + 1]);
+      }
+      pass_turn(counter);
+    } else {  // the last turn: dq = scale·Σ, written (and kept for the bias sums)
+      COLLAGE_UNROLL
+      for (int r = 0; r < 2; r++) {
+        const int row = share_query0 + g + 8 * r;  // in the tile
+        if (i0 + row >= T) continue;
+        bf16_t* dq_row = dqkv + head.offset + (i0 + row) * head.row_stride + share_column0;
+        COLLAGE_UNROLL
+        for (int nd = 0; nd < kDimBlocks / 2; nd++) {
+          const int d = fragment_column(nd, 0);
+          write_pair(dq_row + d, scale, part[nd].v[2 * r], part[nd].v[2 * r + 1]);
+          if (sum_partials)
+            write_pair(dq_rows + row * kStride<kHeadSize> + share_column0 + d, scale,
+                       part[nd].v[2 * r], part[nd].v[2 * r + 1]);
+        }
+      }
+      if (sum_partials) {  // the same for the whole block
+        __syncthreads();
+        chunk_sums_of_rows<kHeadSize, kTile>(sum_partials, dq_rows, b, i0, T, 3 * C, h * kHeadSize);
+      }
     }
     if (more && tid < kTile)
       tile_lse(buffer ^ 1)[tid] = next_lse, tile_delta(buffer ^ 1)[tid] = next_delta;
@@ -824,7 +808,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (!sum_partials) return;  // the same for the whole block
-  // As in the dq kernel: the block's dk and dv rows as written, then their chunk sums.
+  // The block's dk and dv rows as written, into the memory of the staged rows and tiles (every
+  // warp is past its last read of them after the barrier), then their chunk sums.
   __syncthreads();
   bf16_t* stored_k = shared;                                             // (kBlockRows, kStride)
   bf16_t* stored_v = stored_k + Split::kBlockRows * kStride<kHeadSize>;  // (kBlockRows, kStride)
@@ -851,7 +836,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Shared memory: the block's own one (forward) or two (backward) (kBlockRows, kStride)
-// matrices, then two buffers of two tiles (TilePairs), and in dk, dv the tiles' lse and D.
+// matrices, then two buffers of two tiles (TilePairs); the backward's extra (above) follows.
 template <int kHeadSize, typename Split>
 size_t staged_bytes(int own_matrices) {
   return (own_matrices * size_t(Split::kBlockRows) + 4 * size_t(Split::kTile)) *
@@ -873,42 +858,29 @@ void forward_launch(CudaContext& cx, bf16_t* out, float* lse, const bf16_t* qkv,
          staged_bytes<kHeadSize, Split>(1))(out, lse, qkv, key_mask, causal, T, NH, scale, dropout);
 }
 
-template <int kHeadSize, typename Split = QuerySplit<kHeadSize>>
-void backward_query_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
-                           const bf16_t* out, const bf16_t* qkv, const float* lse,
-                           const int32_t* key_mask, bool causal, int B, int T, int NH,
-                           const AttentionDropout& dropout, float* sum_partials) {
-  const float scale = 1.0f / std::sqrt(float(kHeadSize));
-  launch(cx, "attention_backward (dq)",
-         flash_backward_query_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
-         grid_of<Split>(B, T, NH), dim3(kThreads), staged_bytes<kHeadSize, Split>(2))(
-      dqkv, delta, dout, out, qkv, lse, key_mask, causal, T, NH, scale, dropout, sum_partials);
-}
-
-template <int kHeadSize, typename Split = KeySplit<kHeadSize>>
-void backward_key_launch(CudaContext& cx, bf16_t* dqkv, const float* delta, const bf16_t* dout,
-                         const bf16_t* qkv, const float* lse, const int32_t* key_mask, bool causal,
-                         int B, int T, int NH, const AttentionDropout& dropout,
-                         float* sum_partials) {
-  const float scale = 1.0f / std::sqrt(float(kHeadSize));
-  const size_t stats_bytes = 4 * size_t(Split::kTile) * sizeof(float);  // lse, D: 2 buffers
-  launch(cx, "attention_backward (dk, dv)",
-         flash_backward_key_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
-         grid_of<Split>(B, T, NH), dim3(kThreads), staged_bytes<kHeadSize, Split>(2) + stats_bytes)(
-      dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout, sum_partials);
-}
-
-template <int kHeadSize>
+template <int kHeadSize, typename Split = BackwardSplit<kHeadSize>>
 void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* dout,
                      const bf16_t* out, const bf16_t* qkv, const float* lse,
                      const int32_t* key_mask, bool causal, int B, int T, int NH,
                      const AttentionDropout& dropout, float* sum_partials) {
-  backward_query_launch<kHeadSize>(cx, dqkv, delta, dout, out, qkv, lse, key_mask, causal, B, T, NH,
-                                   dropout, sum_partials);
-  backward_key_launch<kHeadSize>(cx, dqkv, delta, dout, qkv, lse, key_mask, causal, B, T, NH,
-                                 dropout, sum_partials);
+  const float scale = 1.0f / std::sqrt(float(kHeadSize));
+  // dq's running sums (B, NH, query tiles·kTile, HS) fp32, then their turn counters (B, NH,
+  // query tiles, kWarps), in one scratch buffer.
+  const int query_tiles = ceil_div(T, Split::kTile);
+  const size_t sums = size_t(B) * NH * query_tiles * Split::kTile * kHeadSize;
+  const size_t counters = size_t(B) * NH * query_tiles * kWarps;
+  float* dq_sums = scratch<float>(cx, cx.scratch.attention_dq, sums + counters);
+  int* turns = reinterpret_cast<int*>(dq_sums + sums);
+  launch(cx, "attention_backward (D)", flash_backward_delta_kernel<kHeadSize, Split::kTile>,
+         dim3(unsigned(query_tiles), unsigned(NH), unsigned(B)), dim3(kThreads),
+         0)(delta, turns, dout, out, T, NH);
+  launch(cx, "attention_backward",
+         flash_backward_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
+         grid_of<Split>(B, T, NH), dim3(kThreads),
+         staged_bytes<kHeadSize, Split>(2) + backward_extra_bytes<kHeadSize, Split>())(
+      dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout, dq_sums, turns,
+      sum_partials);
 }
-
 }  // namespace
 
 bool flash_attention_serves(int HS, const void* qkv, const void* other) {

@@ -4,7 +4,8 @@
 // exponent of the tensor-core attention's softmax. Under nvcc each function is one PTX
 // instruction (inline asm); under g++ it is the host emulator's warp collective with the same
 // fragment layout (src/simt/warp_matrix.h, which spells the layouts out), or for the exponent
-// glibc's. This header and kernels/async_copy.cuh are the only places kernels use inline PTX.
+// glibc's. This header, kernels/async_copy.cuh and kernels/turns.cuh are the only places kernels
+// use inline PTX.
 //
 // Every lane of the warp must call mma and ldmatrix together (.sync.aligned), so a kernel never
 // calls them under a lane-dependent condition.
@@ -104,6 +105,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
   uint32_t bits;
   memcpy(&bits, halves, 4);
   return bits;
+}
+
+// dst[0], dst[1] = rn(low), rn(high) (the bits of pack_bf16) in one 32-bit store; dst 4-byte
+// aligned, in shared or global memory.
+__device__ __forceinline__ void store_bf16_pair(bf16_t* dst, float low, float high) {
+  const uint32_t bits = pack_bf16(low, high);
+#if defined(__CUDACC__)
+  *reinterpret_cast<uint32_t*>(dst) = bits;
+#else
+  memcpy(dst, &bits, 4);
+#endif
 }
 
 COLLAGE_CUDA_VARIANT_END

@@ -444,11 +444,11 @@ constexpr const char* kCountingNote =
     "backward 5 (q·kᵀ recomputed, dv = Pᵀ·dout, dP = dout·vᵀ, dq = dS·k, dk = dSᵀ·q), "
     "the softmax's exponentials not counted. Head sizes 64 and 128 are priced at the "
     "tensor-core peak (kernels/flash_attention.cu), other head sizes at the fp32 peak (the "
-    "SIMT kernels of kernels/attention.cu). Both do more: the tensor-core backward "
-    "recomputes q·kᵀ and dout·vᵀ in its query-major pass (dq) and again in its key-major "
-    "pass (dk, dv), 7 GEMM-equivalents instead of 5 (7/5 of the row's time when "
-    "compute-bound); the SIMT backward also sums D = Σ P·dP in a first query-major pass, 9, "
-    "and does not read `out`.\n";
+    "SIMT kernels of kernels/attention.cu). The tensor-core backward does those 5 in one "
+    "key-major pass; its fp32 running sums of dq, which the key blocks add to in turn, stay "
+    "in L2 and are not counted. The SIMT backward does more: it recomputes q·kᵀ and dout·vᵀ "
+    "three times, in a query-major pass that sums D = Σ P·dP, a second for dq and a "
+    "key-major one for dk and dv, 9 GEMM-equivalents, and does not read `out`.\n";
 
 }  // namespace
 

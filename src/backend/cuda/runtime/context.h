@@ -43,15 +43,16 @@ struct DeviceBuffer {
 struct CudaScratch {
   DeviceBuffer embedding_rows;      // embedding_backward: (N) rows sorted by token, group starts
   DeviceBuffer attention_delta;     // attention_backward: (B, NH, T) fp32 D_i = Σ_j P_ij·dP_ij
+  DeviceBuffer attention_dq;        // attention_backward (tensor cores): dq sums, turn counters
   DeviceBuffer column_partials;     // layernorm/bias backward: (row chunks, C) fp32 column sums
   DeviceBuffer block_partials;      // sum, sum_squares: per-block partial sums
   DeviceBuffer optimizer_tensors;   // optimizer_steps: the tensors of one launch, their chunks
   DeviceBuffer optimizer_partials;  // optimizer_steps: per-chunk EDQ partial sums
   DeviceBuffer rope_table;          // rope: (T, HS/2) cos then (T, HS/2) sin, fp32
   // Every buffer above, for close_context to free (one list, so a new buffer is not missed).
-  std::array<DeviceBuffer*, 7> all() {
-    return {&embedding_rows,    &attention_delta,    &column_partials, &block_partials,
-            &optimizer_tensors, &optimizer_partials, &rope_table};
+  std::array<DeviceBuffer*, 8> all() {
+    return {&embedding_rows, &attention_delta,   &attention_dq,       &column_partials,
+            &block_partials, &optimizer_tensors, &optimizer_partials, &rope_table};
   }
 };
 
