@@ -73,7 +73,7 @@ struct WorkSplit {
 // every kernel (forward 2.45 -> 4.04 ms a 124M step), as were more blocks an SM bought with
 // spills or smaller tiles (docs/ARCHITECTURE.md, "Where the attention kernels stand").
 // Registers on sm_90 (ptxas): forward 120 at HS 64 (4 blocks an SM), 156 at HS 128 (3, a 32-key
-// tile so that 3 blocks' shared memory fits); backward 159 (3) and 250 (2).
+// tile so that 3 blocks' shared memory fits); backward 156 (3) and 248 (2).
 template <int kHeadSize>
 using ForwardSplit = WorkSplit<1, kHeadSize == 64 ? 64 : 32>;  // queries; keys a tile
 template <int kHeadSize>
@@ -470,8 +470,7 @@ __global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
 // delta (B, NH, T) = D_i = dout_i·out_i from the bf16 out, and the turn counters of the
 // backward's dq sums (B, NH, query tiles, kWarps) set to 0 for it. Block (query tile, h, b):
 // kTile queries, 4 lanes a row; lane t of a row sums its columns 2t, 2t + 1, 2t + 8, ... and the
-// quad adds the four shares, the order in which a tensor-core fragment's lanes would (and the
-// dq kernel of the two-kernel backward did, so the same bits of D). (The cpu and the SIMT
+// quad adds the four shares, in the order of a tensor-core fragment's lanes. (The cpu and the SIMT
 // kernels sum D_i = Σ_j P_ij·dP_ij, equal to dout_i·out_i since out_i = Σ_j Z_ij v_j; from out
 // it costs one pass over HS values instead of a second pass over the keys, as
 // FlashAttention-2 does.)
@@ -734,13 +733,10 @@ __global__ void __launch_bounds__(kThreads)
         store_bf16_pair(warp_ds_t + (g + 8) * kDsStride<kTile> + nb * 8 + 2 * t, 0.0f, 0.0f);
       }
     }
-    __syncthreads();  // the block's dSᵀ staged
-
-    // This key block's part of the warp's share of dq, added in turn: the tile's key blocks
-    // from `last` (causal: the one holding its last query) down to 0.
-    FragmentC part[kDimBlocks / 2];
-    ds_times_keys<kHeadSize, Split::kBlockRows, kTile>(part, ds_t, k_rows, share_query0,
-                                                       share_column0);
+    // This key block's part of the warp's share of dq is added in turn: the tile's key blocks
+    // from `last` (causal: the one holding its last query) down to 0. The running sum of the
+    // blocks before it is fetched before the barrier, so that its loads fly while the warps wait
+    // there and multiply dS·k.
     const int tile = i0 / kTile;
     const int last =
         causal ? min(key_blocks - 1, (i0 + kTile - 1) / Split::kBlockRows) : key_blocks - 1;
@@ -748,15 +744,28 @@ __global__ void __launch_bounds__(kThreads)
     // The lane's pairs: rows share_query0 + g + 8r of the tile, columns share_column0 + 8nd + 2t.
     float* sums =
         head_dq_sums + (int64_t(i0) + share_query0 + g) * kHeadSize + share_column0 + 2 * t;
-    if (key_block < last) {  // not the first turn: add the running sum
+    const bool adds = key_block < last;  // not the tile's first turn
+    float2 running[kDimBlocks / 2][2] = {};
+    if (adds) {
       wait_for_turn(counter, last - key_block);
       COLLAGE_UNROLL
       for (int nd = 0; nd < kDimBlocks / 2; nd++) {
         COLLAGE_UNROLL
+        for (int r = 0; r < 2; r++)
+          running[nd][r] = load_sum_pair(sums + 8 * r * kHeadSize + 8 * nd);
+      }
+    }
+    __syncthreads();  // the block's dSᵀ staged
+    FragmentC part[kDimBlocks / 2];
+    ds_times_keys<kHeadSize, Split::kBlockRows, kTile>(part, ds_t, k_rows, share_query0,
+                                                       share_column0);
+    if (adds) {
+      COLLAGE_UNROLL
+      for (int nd = 0; nd < kDimBlocks / 2; nd++) {
+        COLLAGE_UNROLL
         for (int r = 0; r < 2; r++) {
-          const float2 sum = load_sum_pair(sums + 8 * r * kHeadSize + 8 * nd);
-          part[nd].v[2 * r] = sum.x + part[nd].v[2 * r];
-          part[nd].v[2 * r + 1] = sum.y + part[nd].v[2 * r + 1];
+          part[nd].v[2 * r] = running[nd][r].x + part[nd].v[2 * r];
+          part[nd].v[2 * r + 1] = running[nd][r].y + part[nd].v[2 * r + 1];
         }
       }
     }

@@ -2,7 +2,8 @@
 // the cuda backend against the cpu backend, forward and backward, causal or not, with and
 // without a key mask (a batch row whose keys are all hidden, key 0 of row 0 hidden so causal
 // query 0 sees nothing), with and without dropout, on sequences shorter than one 64-row tile,
-// of exactly one, and of several with a partial last tile.
+// of exactly one, and of several with a partial last tile (whose key blocks add their parts of
+// dq in turn, kernels/turns.cuh).
 //
 // Against both of the cpu's attention engines (docs/ARCHITECTURE.md, "cpu attention"): OpenBLAS,
 // whose probabilities, dS and D stay fp32, and oneDNN (where it has a bf16 matmul), which rounds
@@ -48,7 +49,9 @@ namespace collage::test {
 namespace {
 
 using Case = AttentionShape;
-const Case kCases[] = {{2, 37, 2, 64}, {1, 64, 1, 128}, {1, 130, 1, 64}, {1, 70, 2, 128}};
+// {2, 200, 1, 64}: four key blocks of 64 in each of two (b, h) add to dq in turn.
+const Case kCases[] = {
+    {2, 37, 2, 64}, {1, 64, 1, 128}, {1, 130, 1, 64}, {1, 70, 2, 128}, {2, 200, 1, 64}};
 
 // Σ|term| of every output and gradient element (float64), laid out as out (B, T, C) and
 // dqkv (B, T, 3C); from_delta: what D's error can add to each dqkv element (point 3).
