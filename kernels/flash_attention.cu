@@ -73,7 +73,7 @@ struct WorkSplit {
 // every kernel (forward 2.45 -> 4.04 ms a 124M step), as were more blocks an SM bought with
 // spills or smaller tiles (docs/ARCHITECTURE.md, "Where the attention kernels stand").
 // Registers on sm_90 (ptxas): forward 120 at HS 64 (4 blocks an SM), 156 at HS 128 (3, a 32-key
-// tile so that 3 blocks' shared memory fits); backward 156 (3) and 248 (2).
+// tile so that 3 blocks' shared memory fits); backward 155 (3) and 248 (2).
 template <int kHeadSize>
 using ForwardSplit = WorkSplit<1, kHeadSize == 64 ? 64 : 32>;  // queries; keys a tile
 template <int kHeadSize>
@@ -616,8 +616,9 @@ __device__ __forceinline__ void ds_times_keys(FragmentC (&part)[kHeadSize / 16],
   }
 }
 
-// dq, dk, dv parts of dqkv (B, T, 3C): scale·dS·k, scale·dSᵀ·q, Zᵀ·dout. Block (key block, h,
-// b), its keys' blocks taken from the last (blockIdx.x = 0) to the first, for the turns below.
+// dq, dk, dv parts of dqkv (B, T, 3C): scale·dS·k, scale·dSᵀ·q, Zᵀ·dout. One block a (key
+// block, b, h), in a one-dimensional grid ordered by key block from the last down to 0, then by
+// (b, h): every head's last key block starts first, then every head's second-last, and so on.
 // For each query tile the block sees, the warps recompute Pᵀ and dPᵀ of their keys and add to
 // dk and dv (in registers, over the tiles), then stage rn(dSᵀ) of the block's keys so that each
 // warp can multiply a quarter of the tile's dq part, dS·k over the block's keys: queries
@@ -626,9 +627,13 @@ __device__ __forceinline__ void ds_times_keys(FragmentC (&part)[kHeadSize / 16],
 // atomics (kernels/turns.cuh): from the last such key block down to key block 0, each adding its
 // part to the running sum in `dq_sums` (B, NH, query tiles·kTile, HS) when the tile's counter
 // in `turns` (B, NH, query tiles, kWarps; 0 on entry, flash_backward_delta_kernel) says it is
-// its turn. A block's predecessor in every order is key block + 1, a lower blockIdx.x, started
-// before it; and under a causal mask it reaches a tile two tiles before this block does, so the
-// wait is usually over before it begins. Key block 0 takes the last turn and writes dq.
+// its turn. A block's predecessor in every order is key block + 1 of its head, B·NH blocks
+// earlier in the grid, so it started first (turns.cuh, "Progress") and is well ahead: a
+// successor rarely waits, even without a causal mask, where every key block sees every tile.
+// Key block 0 takes the last turn and writes dq. (Under a causal mask key block k has
+// 2·(⌈T/64⌉ - k) tiles to do, so this order starts the short blocks first; ordered by head
+// instead, the last heads' long blocks would start last and run alone at the end: a model of
+// the 124M shape's schedule ends 5% later that way.)
 template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse,
@@ -642,8 +647,10 @@ __global__ void __launch_bounds__(kThreads)
                 "is one chunk of the bias sums");
   constexpr int kDimBlocks = kHeadSize / 8, kQueryBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int key_blocks = int(gridDim.x), key_block = key_blocks - 1 - int(blockIdx.x);
+  const int key_blocks = int(ceil_div(T, Split::kBlockRows)), heads = int(gridDim.x) / key_blocks;
+  const int head_index = int(blockIdx.x) % heads;  // b·NH + h
+  const int b = head_index / NH, h = head_index % NH;
+  const int key_block = key_blocks - 1 - int(blockIdx.x) / heads;
   const int key0 = key_block * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
   int keys[kM][2];                                // this lane's keys
@@ -885,7 +892,7 @@ void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* 
          0)(delta, turns, dout, out, T, NH);
   launch(cx, "attention_backward",
          flash_backward_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
-         grid_of<Split>(B, T, NH), dim3(kThreads),
+         dim3(unsigned(ceil_div(T, Split::kBlockRows) * NH * B)), dim3(kThreads),
          staged_bytes<kHeadSize, Split>(2) + backward_extra_bytes<kHeadSize, Split>())(
       dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout, dq_sums, turns,
       sum_partials);

@@ -114,7 +114,7 @@ __device__ __forceinline__ void store_bf16_pair(bf16_t* dst, float low, float hi
 #if defined(__CUDACC__)
   *reinterpret_cast<uint32_t*>(dst) = bits;
 #else
-  memcpy(dst, &bits, 4);
+  memcpy(static_cast<void*>(dst), &bits, 4);
 #endif
 }
 
