@@ -72,7 +72,7 @@ struct WorkSplit {
 // (FlashAttention-2's 32-row warps) took 242-255 registers, and on an H200 they were slower in
 // every kernel (forward 2.45 -> 4.04 ms a 124M step), as were more blocks an SM bought with
 // spills or smaller tiles (docs/ARCHITECTURE.md, "Where the attention kernels stand").
-// Registers on sm_90 (ptxas): forward 120 at HS 64 (4 blocks an SM), 156 at HS 128 (3, a 32-key
+// Registers on sm_90 (ptxas): forward 128 at HS 64 (4 blocks an SM), 166 at HS 128 (3, a 32-key
 // tile so that 3 blocks' shared memory fits); backward 155 (3) and 248 (2).
 template <int kHeadSize>
 using ForwardSplit = WorkSplit<1, kHeadSize == 64 ? 64 : 32>;  // queries; keys a tile
@@ -304,10 +304,21 @@ struct TilePairs {
   }
 };
 
-// The forward's query block of blockIdx.x: causal blocks late in the sequence have the most
-// tiles, so those start first.
-__device__ __forceinline__ int block_index(bool causal) {
-  return causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+// Where a block works: its block of kBlockRows rows (queries in the forward, keys in the
+// backward) and its (b, h). The grid is one-dimensional, ordered by row block from the last down
+// to 0, then by head (b·NH + h): every head's last row block starts first, then every head's
+// second-last, and so on. Under a causal mask the forward's last query block has the most key
+// tiles, so the longest blocks start first and the short ones fill the end; ordered by head, the
+// last heads' long blocks would start last and run on with the GPU half idle (a list-scheduling
+// model of the 124M shape, 528 block slots: 60 tile-times against 50, ideal 49.5). The backward
+// needs this order for its turns (flash_backward_kernel).
+struct GridPlace {
+  int row_block, b, h;
+};
+__device__ __forceinline__ GridPlace grid_place(int T, int kBlockRows, int NH) {
+  const int row_blocks = int(ceil_div(T, kBlockRows)), heads = int(gridDim.x) / row_blocks;
+  const int head = int(blockIdx.x) % heads;  // b·NH + h
+  return {row_blocks - 1 - int(blockIdx.x) / heads, head / NH, head % NH};
 }
 
 // The rows this lane holds in each of a warp's kM m-tiles (fragment rows g and g + 8), the
@@ -328,8 +339,8 @@ __device__ __forceinline__ int keys_seen_end(int row0, bool causal, int T) {
   return causal ? min(T, row0 + kWarpRows) : T;
 }
 
-// out (B, T, C), lse (B, NH, T). Block (query block, h, b). The blocks an SM that its shared
-// memory allows (4 at HS 64, 3 at HS 128) are asked of the register allocator too: left to
+// out (B, T, C), lse (B, NH, T). Block (query block, b, h) (grid_place). The blocks an SM that its
+// shared memory allows (4 at HS 64, 3 at HS 128) are asked of the register allocator too: left to
 // itself, nvcc gives the separate mask loop 168 registers at HS 64 (3 blocks).
 template <int kHeadSize, int kWarpTiles, int kTileRows>
 __global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
@@ -339,8 +350,9 @@ __global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
   constexpr int kM = Split::kWarpTiles, kTile = Split::kTile;
   constexpr int kDimBlocks = kHeadSize / 8, kKeyBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int q0 = block_index(causal) * Split::kBlockRows;
+  const GridPlace place = grid_place(T, Split::kBlockRows, NH);
+  const int b = place.b, h = place.h;
+  const int q0 = place.row_block * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
   int rows[kM][2];                                // this lane's queries
   lane_rows(rows, q0 + warp_row0);
@@ -616,9 +628,9 @@ __device__ __forceinline__ void ds_times_keys(FragmentC (&part)[kHeadSize / 16],
   }
 }
 
-// dq, dk, dv parts of dqkv (B, T, 3C): scale·dS·k, scale·dSᵀ·q, Zᵀ·dout. One block a (key
-// block, b, h), in a one-dimensional grid ordered by key block from the last down to 0, then by
-// (b, h): every head's last key block starts first, then every head's second-last, and so on.
+// dq, dk, dv parts of dqkv (B, T, 3C): scale·dS·k, scale·dSᵀ·q, Zᵀ·dout. Block (key block, b,
+// h) in grid_place()'s order: every head's last key block starts first, then every head's
+// second-last, and so on.
 // For each query tile the block sees, the warps recompute Pᵀ and dPᵀ of their keys and add to
 // dk and dv (in registers, over the tiles), then stage rn(dSᵀ) of the block's keys so that each
 // warp can multiply a quarter of the tile's dq part, dS·k over the block's keys: queries
@@ -647,10 +659,9 @@ __global__ void __launch_bounds__(kThreads)
                 "is one chunk of the bias sums");
   constexpr int kDimBlocks = kHeadSize / 8, kQueryBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int key_blocks = int(ceil_div(T, Split::kBlockRows)), heads = int(gridDim.x) / key_blocks;
-  const int head_index = int(blockIdx.x) % heads;  // b·NH + h
-  const int b = head_index / NH, h = head_index % NH;
-  const int key_block = key_blocks - 1 - int(blockIdx.x) / heads;
+  const int key_blocks = int(ceil_div(T, Split::kBlockRows));
+  const GridPlace place = grid_place(T, Split::kBlockRows, NH);
+  const int b = place.b, h = place.h, key_block = place.row_block;
   const int key0 = key_block * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
   int keys[kM][2];                                // this lane's keys
@@ -859,9 +870,10 @@ size_t staged_bytes(int own_matrices) {
          kStride<kHeadSize> * sizeof(bf16_t);
 }
 
+// One block a (row block, b, h), in grid_place()'s order.
 template <typename Split>
 dim3 grid_of(int B, int T, int NH) {
-  return dim3(unsigned(ceil_div(T, Split::kBlockRows)), unsigned(NH), unsigned(B));
+  return dim3(unsigned(ceil_div(T, Split::kBlockRows) * NH * B));
 }
 
 template <int kHeadSize, typename Split = ForwardSplit<kHeadSize>>
@@ -892,7 +904,7 @@ void backward_launch(CudaContext& cx, bf16_t* dqkv, float* delta, const bf16_t* 
          0)(delta, turns, dout, out, T, NH);
   launch(cx, "attention_backward",
          flash_backward_kernel<kHeadSize, Split::kWarpTiles, Split::kTile>,
-         dim3(unsigned(ceil_div(T, Split::kBlockRows) * NH * B)), dim3(kThreads),
+         grid_of<Split>(B, T, NH), dim3(kThreads),
          staged_bytes<kHeadSize, Split>(2) + backward_extra_bytes<kHeadSize, Split>())(
       dqkv, dout, qkv, lse, delta, key_mask, causal, T, NH, scale, dropout, dq_sums, turns,
       sum_partials);
