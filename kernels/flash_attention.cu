@@ -73,7 +73,7 @@ struct WorkSplit {
 // every kernel (forward 2.45 -> 4.04 ms a 124M step), as were more blocks an SM bought with
 // spills or smaller tiles (docs/ARCHITECTURE.md, "Where the attention kernels stand").
 // Registers on sm_90 (ptxas): forward 128 at HS 64 (4 blocks an SM), 166 at HS 128 (3, a 32-key
-// tile so that 3 blocks' shared memory fits); backward 155 (3) and 248 (2).
+// tile so that 3 blocks' shared memory fits); backward 157 (3) and 248 (2).
 template <int kHeadSize>
 using ForwardSplit = WorkSplit<1, kHeadSize == 64 ? 64 : 32>;  // queries; keys a tile
 template <int kHeadSize>
@@ -227,6 +227,57 @@ COLLAGE_OUT_OF_LINE AttentionDropout::Pair dropout_factor_pair(const AttentionDr
                                                                int b, int h, int i, int j, int T,
                                                                int NH) {
   return dropout.factors(b, h, i, j, T, NH);
+}
+
+// out[k] = w[(k + shift) % 4], in two stages of selects (no indexing by a lane's value, which
+// would put the array in local memory).
+__device__ __forceinline__ void rotate4(uint32_t (&out)[4], const uint32_t (&w)[4], int shift) {
+  uint32_t half[4];
+  COLLAGE_UNROLL
+  for (int k = 0; k < 4; k++) half[k] = (shift & 1) ? w[(k + 1) % 4] : w[k];
+  COLLAGE_UNROLL
+  for (int k = 0; k < 4; k++) out[k] = (shift & 2) ? half[(k + 2) % 4] : half[k];
+}
+
+// F of a lane's four elements of one n-block of the backward's transposed fragments: its keys
+// `key` and key + 8 (rows g and g + 8) and queries i and i + 1 (columns 2t, 2t + 1), in the
+// fragment's order (key, i), (key, i + 1), (key + 8, i), (key + 8, i + 1); the numbers of
+// AttentionDropout::factor(). The four lanes g = 4q..4q + 3 of a column t hold four consecutive
+// keys (and those 8 on), whose uniforms for one query are the four words of one Philox block
+// when T and the call's offset are multiples of 4 (the caller's test). So each of the four
+// computes one of the blocks they need, lane a = g % 4 the one of query i + a / 2 and keys from
+// key - a + 8·(a % 2), and they trade words by shuffles: one Philox evaluation for four elements
+// instead of four. Every lane of the warp calls it; out of line as dropout_factor.
+struct Factors4 {
+  float v[4];
+};
+COLLAGE_OUT_OF_LINE Factors4 dropout_factors_shared(const AttentionDropout& dropout, int b, int h,
+                                                    int i, int key, int T, int NH) {
+  const int lane = int(threadIdx.x % kWarpSize), a = (lane / 4) % 4;
+  const int first_lane = lane - 4 * a;  // of the four: g = 4q, column t
+  const uint64_t element = dropout.offset +
+                           ((uint64_t(b) * NH + uint64_t(h)) * T + uint64_t(i + a / 2)) * T +
+                           uint64_t(key - a + 8 * (a % 2));
+  const math::Philox4x32 block = math::dropout_block(dropout.seed, element >> 2);
+  // Round k: lane a reads from lane r = (a - k) % 4, which sends word (r + k) % 4 = a of its
+  // block; so got[k] is word a of block (a - k) % 4.
+  uint32_t send[4], got[4];
+  rotate4(send, block.v, a);
+  COLLAGE_UNROLL
+  for (int k = 0; k < 4; k++)
+    got[k] = __shfl_sync(0xffffffffu, send[k], first_lane + 4 * ((a - k) & 3));
+  // Word a of block r is got[(a - r) % 4]: reversed, got[(-m) % 4] is that of block (a + m) % 4,
+  // then rotated by -a.
+  const uint32_t reversed[4] = {got[0], got[3], got[2], got[1]};
+  uint32_t word[4];  // word a of block r: query i + r / 2, key + 8·(r % 2)
+  rotate4(word, reversed, (4 - a) & 3);
+  Factors4 f;
+  const uint32_t in_fragment_order[4] = {word[0], word[2], word[1], word[3]};
+  COLLAGE_UNROLL
+  for (int e = 0; e < 4; e++)
+    f.v[e] = math::dropout_factor(math::uniform_from_bits(in_fragment_order[e]), dropout.p,
+                                  dropout.keep_scale);
+  return f;
 }
 
 // The sum over the 4 lanes that hold one row (t = 0..3), in a fixed order.
@@ -553,16 +604,27 @@ __device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks]
   // predicated load of D, which nvcc kept for every element even at p = 0 (the H100 run's
   // SASS: ~13 instructions an element; the PTX now has 4).
   if (dropout.p != 0.0f) {
+    // Four lanes share their Philox blocks where the blocks line up with the keys.
+    const bool shared = T % 4 == 0 && dropout.offset % 4 == 0;
     COLLAGE_UNROLL
     for (int nb = 0; nb < kQueryBlocks; nb++) {
+      Factors4 factor;
+      if (shared) {
+        factor = dropout_factors_shared(dropout, b, h, i0 + fragment_column(nb, 0), keys[0], T, NH);
+      } else {
+        COLLAGE_UNROLL
+        for (int e = 0; e < 4; e++)
+          factor.v[e] =
+              s[nb].v[e] != 0.0f
+                  ? dropout_factor(dropout, b, h, i0 + fragment_column(nb, e), keys[e / 2], T, NH)
+                  : 1.0f;
+      }
       COLLAGE_UNROLL
-      for (int e = 0; e < 4; e++) {
+      for (int e = 0; e < 4; e++) {  // F where P = 0 changes nothing: Z and dS are 0 there
         const int ii = fragment_column(nb, e);
         const float p = s[nb].v[e];
-        const float factor =
-            p != 0.0f ? dropout_factor(dropout, b, h, i0 + ii, keys[e / 2], T, NH) : 1.0f;
-        s[nb].v[e] = p * factor;
-        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor - row_delta[ii]);
+        s[nb].v[e] = p * factor.v[e];
+        dp[nb].v[e] = p == 0.0f ? 0.0f : p * (dp[nb].v[e] * factor.v[e] - row_delta[ii]);
       }
     }
   } else if (tile_masked) {

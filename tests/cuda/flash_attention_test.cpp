@@ -277,7 +277,9 @@ TEST(CudaFlashAttention, DropoutMatchesCpu) {
   BackendPair pair("openblas");
   const auto onednn_cpu = make_onednn_cpu();
   Rng rng(12);
-  for (const Case& c : {kCases[0], kCases[3]})
+  // T 37 and 70 draw each element's number on its own; at T 200 (a multiple of 4, offset 0) the
+  // backward's lanes share Philox blocks (flash_attention.cu, dropout_factors_shared).
+  for (const Case& c : {kCases[0], kCases[3], kCases[4]})
     for (const bool causal : {false, true})
       run_case(pair, onednn_cpu.get(), rng, c, causal, causal, 0.25f);
 }
