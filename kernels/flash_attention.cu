@@ -239,6 +239,42 @@ __device__ __forceinline__ void rotate4(uint32_t (&out)[4], const uint32_t (&w)[
   for (int k = 0; k < 4; k++) out[k] = (shift & 2) ? half[(k + 2) % 4] : half[k];
 }
 
+// F of a lane's four elements of one n-block of the forward's fragments: its queries `query` and
+// query + 8 (rows g and g + 8) and keys `key` and key + 1 (columns 2t, 2t + 1), in the fragment's
+// order (query, key), (query, key + 1), (query + 8, key), (query + 8, key + 1); the numbers of
+// AttentionDropout::factor(). The four lanes t = 0..3 of a row g hold 8 consecutive keys, two
+// Philox blocks a query when T and the call's offset are multiples of 4 (the caller's test), four
+// blocks for the two queries: lane t computes the one of query + 8·(t / 2) and keys from
+// key - 2t + 4·(t % 2), and each lane reads the two it needs, all four words each, from lanes
+// t / 2 and 2 + t / 2 of its row: one Philox evaluation for four elements instead of two (as
+// dropout_factor_pair draws them). Every lane of the warp calls it; out of line as
+// dropout_factor.
+struct Factors4 {
+  float v[4];
+};
+COLLAGE_OUT_OF_LINE Factors4 dropout_factors_query_major(const AttentionDropout& dropout, int b,
+                                                         int h, int query, int key, int T, int NH) {
+  const int lane = int(threadIdx.x % kWarpSize), t = lane % 4;
+  const uint64_t element =
+      dropout.offset + ((uint64_t(b) * NH + uint64_t(h)) * T + uint64_t(query + 8 * (t / 2))) * T +
+      uint64_t(key - 2 * t + 4 * (t % 2));
+  const math::Philox4x32 block = math::dropout_block(dropout.seed, element >> 2);
+  Factors4 f;
+  COLLAGE_UNROLL
+  for (int row = 0; row < 2; row++) {  // query, query + 8: the blocks of lanes t / 2 + 2·row
+    const int source = lane - t + t / 2 + 2 * row;
+    uint32_t word[4];
+    COLLAGE_UNROLL
+    for (int k = 0; k < 4; k++) word[k] = __shfl_sync(0xffffffffu, block.v[k], source);
+    const uint32_t mine[2] = {(t & 1) ? word[2] : word[0], (t & 1) ? word[3] : word[1]};
+    COLLAGE_UNROLL
+    for (int c = 0; c < 2; c++)
+      f.v[2 * row + c] =
+          math::dropout_factor(math::uniform_from_bits(mine[c]), dropout.p, dropout.keep_scale);
+  }
+  return f;
+}
+
 // F of a lane's four elements of one n-block of the backward's transposed fragments: its keys
 // `key` and key + 8 (rows g and g + 8) and queries i and i + 1 (columns 2t, 2t + 1), in the
 // fragment's order (key, i), (key, i + 1), (key + 8, i), (key + 8, i + 1); the numbers of
@@ -248,11 +284,8 @@ __device__ __forceinline__ void rotate4(uint32_t (&out)[4], const uint32_t (&w)[
 // computes one of the blocks they need, lane a = g % 4 the one of query i + a / 2 and keys from
 // key - a + 8·(a % 2), and they trade words by shuffles: one Philox evaluation for four elements
 // instead of four. Every lane of the warp calls it; out of line as dropout_factor.
-struct Factors4 {
-  float v[4];
-};
-COLLAGE_OUT_OF_LINE Factors4 dropout_factors_shared(const AttentionDropout& dropout, int b, int h,
-                                                    int i, int key, int T, int NH) {
+COLLAGE_OUT_OF_LINE Factors4 dropout_factors_key_major(const AttentionDropout& dropout, int b,
+                                                       int h, int i, int key, int T, int NH) {
   const int lane = int(threadIdx.x % kWarpSize), a = (lane / 4) % 4;
   const int first_lane = lane - 4 * a;  // of the four: g = 4q, column t
   const uint64_t element = dropout.offset +
@@ -485,8 +518,17 @@ __global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
         }
       }
       if (dropout.p != 0.0f) {
+        // Four lanes share their Philox blocks where the blocks line up with the keys.
+        const bool shared = T % 4 == 0 && dropout.offset % 4 == 0;
         COLLAGE_UNROLL
         for (int nb = 0; nb < kKeyBlocks; nb++) {
+          if (shared) {
+            const Factors4 f = dropout_factors_query_major(dropout, b, h, rows[m][0],
+                                                           k0 + fragment_column(nb, 0), T, NH);
+            COLLAGE_UNROLL
+            for (int e = 0; e < 4; e++) s[m][nb].v[e] *= f.v[e];
+            continue;
+          }
           COLLAGE_UNROLL
           for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[m][r], columns j, j + 1
             float &first = s[m][nb].v[2 * r], &second = s[m][nb].v[2 * r + 1];
@@ -610,7 +652,8 @@ __device__ __forceinline__ void transposed_z_and_ds(FragmentC (&s)[kQueryBlocks]
     for (int nb = 0; nb < kQueryBlocks; nb++) {
       Factors4 factor;
       if (shared) {
-        factor = dropout_factors_shared(dropout, b, h, i0 + fragment_column(nb, 0), keys[0], T, NH);
+        factor =
+            dropout_factors_key_major(dropout, b, h, i0 + fragment_column(nb, 0), keys[0], T, NH);
       } else {
         COLLAGE_UNROLL
         for (int e = 0; e < 4; e++)
