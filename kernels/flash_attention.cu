@@ -328,10 +328,10 @@ __device__ __forceinline__ int fragment_column(int nb, int e) {
   return nb * 8 + 2 * (threadIdx.x % 4) + (e % 2);
 }
 
-// dst (two bf16 at an even element) = rn(scale·value) for each of the pair; the old contents
-// are not read (backend.h: input gradients are written).
+// dst (two bf16 at an even element) = rn(scale·value) for each of the pair, in one 32-bit store;
+// the old contents are not read (backend.h: input gradients are written).
 __device__ __forceinline__ void write_pair(bf16_t* dst, float scale, float first, float second) {
-  to_bf16_pair(dst[0], dst[1], scale * first, scale * second);
+  store_bf16_pair(dst, scale * first, scale * second);
 }
 
 // The first stage of Σ_rows dqkv (the qkv bias gradient; kernels/column_sums.cuh) for the rows a
@@ -397,12 +397,12 @@ struct TilePairs {
 // model of the 124M shape, 528 block slots: 60 tile-times against 50, ideal 49.5). The backward
 // needs this order for its turns (flash_backward_kernel).
 struct GridPlace {
-  int row_block, b, h;
+  int row_block, row_blocks, b, h;
 };
 __device__ __forceinline__ GridPlace grid_place(int T, int kBlockRows, int NH) {
   const int row_blocks = int(ceil_div(T, kBlockRows)), heads = int(gridDim.x) / row_blocks;
   const int head = int(blockIdx.x) % heads;  // b·NH + h
-  return {row_blocks - 1 - int(blockIdx.x) / heads, head / NH, head % NH};
+  return {row_blocks - 1 - int(blockIdx.x) / heads, row_blocks, head / NH, head % NH};
 }
 
 // The rows this lane holds in each of a warp's kM m-tiles (fragment rows g and g + 8), the
@@ -527,16 +527,16 @@ __global__ void __launch_bounds__(kThreads, kHeadSize == 64 ? 4 : 3)
                                                            k0 + fragment_column(nb, 0), T, NH);
             COLLAGE_UNROLL
             for (int e = 0; e < 4; e++) s[m][nb].v[e] *= f.v[e];
-            continue;
-          }
-          COLLAGE_UNROLL
-          for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[m][r], columns j, j + 1
-            float &first = s[m][nb].v[2 * r], &second = s[m][nb].v[2 * r + 1];
-            if (first == 0.0f && second == 0.0f) continue;
-            const AttentionDropout::Pair f =
-                dropout_factor_pair(dropout, b, h, rows[m][r], k0 + fragment_column(nb, 0), T, NH);
-            first *= f.first;
-            second *= f.second;
+          } else {
+            COLLAGE_UNROLL
+            for (int r = 0; r < 2; r++) {  // elements 2r, 2r + 1: row rows[m][r], columns j, j + 1
+              float &first = s[m][nb].v[2 * r], &second = s[m][nb].v[2 * r + 1];
+              if (first == 0.0f && second == 0.0f) continue;
+              const AttentionDropout::Pair f = dropout_factor_pair(
+                  dropout, b, h, rows[m][r], k0 + fragment_column(nb, 0), T, NH);
+              first *= f.first;
+              second *= f.second;
+            }
           }
         }
       }
@@ -764,9 +764,8 @@ __global__ void __launch_bounds__(kThreads)
                 "is one chunk of the bias sums");
   constexpr int kDimBlocks = kHeadSize / 8, kQueryBlocks = kTile / 8;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int key_blocks = int(ceil_div(T, Split::kBlockRows));
   const GridPlace place = grid_place(T, Split::kBlockRows, NH);
-  const int b = place.b, h = place.h, key_block = place.row_block;
+  const int b = place.b, h = place.h, key_block = place.row_block, key_blocks = place.row_blocks;
   const int key0 = key_block * Split::kBlockRows;
   const int warp_row0 = warp * Split::kWarpRows;  // in the block
   int keys[kM][2];                                // this lane's keys
