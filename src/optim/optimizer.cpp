@@ -156,6 +156,11 @@ StepEdq Optimizer::step(int64_t t, double lr, Comm& comm, float grad_scale) {
   return result;
 }
 
+float clipping_factor(const OptimizerConfig& config, double grad_norm) {
+  if (config.grad_clip <= 0 || grad_norm <= config.grad_clip) return 1.0f;
+  return float(config.grad_clip / grad_norm);
+}
+
 uint64_t stochastic_rounding_seed(uint64_t training_seed) {
   // splitmix64's finaliser of (seed ^ salt): neighbouring seeds give unrelated keys.
   uint64_t z = training_seed ^ 0x636f6c6c61676521ull;  // "collage!"

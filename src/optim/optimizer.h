@@ -103,6 +103,11 @@ class Optimizer {
   std::vector<StateComponent> state_;
 };
 
+// Global-norm clipping's factor for a gradient of norm grad_norm: optimizer.grad_clip / grad_norm
+// above the limit, else 1 (also when clipping is off, grad_clip 0). The optimizer applies it as
+// it reads each gradient (OptimizerStep::grad_scale).
+float clipping_factor(const OptimizerConfig& config, double grad_norm);
+
 // The stochastic-rounding key of a run: training.seed mixed with a fixed salt, so that the
 // rounding stream is not the init stream of the same seed.
 uint64_t stochastic_rounding_seed(uint64_t training_seed);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <random>
@@ -175,11 +176,14 @@ class MaskedLmStep final : public BenchStep {
   uint64_t index_ = 0;  // the dropout stream's sample index
 };
 
-// warmup_steps untimed steps, then `steps` timed ones: the mean forward, backward and
-// optimizer times, and per step the launches, host waits and (with --profile) op families.
+// warmup_steps untimed steps, then `steps` timed ones: the mean time of each part of the
+// trainer's step (src/train/trainer.cpp, train_step; one micro-batch, one rank): zeroing the
+// gradients, forward, backward, the gradient norm with clipping's factor, and the optimizer;
+// per step the launches, host waits and (with --profile) op families.
 void time_steps(BenchStep& step, Optimizer& optimizer, Backend& backend, const Config& config,
                 const BenchOptions& options, BenchResult& r) {
   auto comm = make_single_comm();
+  TrainableModel& model = step.model();
   Backend::Counters before;
   for (int s = 0; s < options.warmup_steps + options.steps; s++) {
     const bool timed = s >= options.warmup_steps;
@@ -187,24 +191,25 @@ void time_steps(BenchStep& step, Optimizer& optimizer, Backend& backend, const C
       before = backend.counters();
       if (options.profile) backend.start_profile();  // nothing recorded before or without
     }
-    step.model().zero_gradients();
-    auto start = Clock::now();
-    step.forward();
-    backend.synchronize();
-    const double fwd = ms_since(start);
-    start = Clock::now();
-    step.backward();
-    backend.synchronize();
-    const double bwd = ms_since(start);
-    start = Clock::now();
-    optimizer.step(s + 1, learning_rate(config.optimizer, s + 1), *comm);  // EDQ as configured
-    backend.synchronize();
-    const double opt = ms_since(start);
-    if (timed) {
-      r.forward_ms += fwd / options.steps;
-      r.backward_ms += bwd / options.steps;
-      r.optimizer_ms += opt / options.steps;
-    }
+    // Each part's time, synchronized after it (a queuing backend's work included).
+    auto timed_part = [&](double BenchResult::*total, const auto& part) {
+      const auto start = Clock::now();
+      part();
+      backend.synchronize();
+      if (timed) r.*total += ms_since(start) / options.steps;
+    };
+    float grad_scale = 1;
+    timed_part(&BenchResult::zero_ms, [&] { model.zero_gradients(); });
+    timed_part(&BenchResult::forward_ms, [&] { step.forward(); });
+    timed_part(&BenchResult::backward_ms, [&] { step.backward(); });
+    timed_part(&BenchResult::norm_ms, [&] {
+      const double norm =
+          std::sqrt(backend.sum_squares(model.gradient_memory(), model.num_parameters()));
+      grad_scale = clipping_factor(config.optimizer, norm);
+    });
+    timed_part(&BenchResult::optimizer_ms, [&] {  // EDQ as configured
+      optimizer.step(s + 1, learning_rate(config.optimizer, s + 1), *comm, grad_scale);
+    });
   }
   const Backend::Counters after = backend.counters();
   for (OpFamilyTime family : backend.stop_profile()) {
@@ -221,7 +226,7 @@ void time_steps(BenchStep& step, Optimizer& optimizer, Backend& backend, const C
 // device's peak (model_flops.h).
 void add_rates(const Config& config, int64_t num_parameters, BenchResult& r) {
   const int B = r.micro_batch, T = r.seq_len;
-  r.step_ms = r.forward_ms + r.backward_ms + r.optimizer_ms;
+  r.step_ms = r.zero_ms + r.forward_ms + r.backward_ms + r.norm_ms + r.optimizer_ms;
   r.optimizer_gb = optimizer_bytes_per_parameter(config.optimizer.precision) * num_parameters / 1e9;
   r.tokens_per_s = B * T / (r.step_ms / 1e3);
   r.model_gflop = model_flops(config).per_sequence() * B / 1e9;
@@ -312,8 +317,10 @@ std::string format_bench(const Config& config, const std::vector<BenchResult>& r
     out += "\n";
   };
   using R = BenchResult;
+  row("zero gradients ms", "{:.1f}", &R::zero_ms);
   row("forward ms", "{:.1f}", &R::forward_ms);
   row("backward ms", "{:.1f}", &R::backward_ms);
+  row("gradient norm ms", "{:.1f}", &R::norm_ms);
   row("optimizer ms", "{:.1f}", &R::optimizer_ms);
   row("optimizer GB moved", "{:.2f}", &R::optimizer_gb);
   row("optimizer GB/s", "{:.1f}",

@@ -1,8 +1,9 @@
 #pragma once
-// `collage bench`: time forward, backward and optimizer of one config's training step on
-// synthetic tokens, next to the same step's matrix products run as plain fp32 sgemm on
-// the same threads — the cost a GEMM-bound trainer cannot beat (cpu backend). A queuing
-// backend (cuda, cuda-emulated) also reports its kernel launches and host waits per step.
+// `collage bench`: time the parts of one config's training step (zeroing the gradients,
+// forward, backward, the gradient norm, the optimizer) on synthetic tokens, next to the same
+// step's matrix products run as plain fp32 sgemm on the same threads — the cost a GEMM-bound
+// trainer cannot beat (cpu backend). A queuing backend (cuda, cuda-emulated) also reports its
+// kernel launches and host waits per step.
 #include <string>
 #include <vector>
 
@@ -27,7 +28,8 @@ struct BenchResult {
   std::string optimizer_engine;          // cpu: the optimizer loop's ISA and why; blocks it redid
   double launches_per_step = 0;          // kernels and GEMMs queued (queuing backends)
   double synchronizations_per_step = 0;  // host waits for the device (queuing backends)
-  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, step_ms = 0;
+  // Mean ms of each part of the trainer's step; step_ms is their sum.
+  double zero_ms = 0, forward_ms = 0, backward_ms = 0, norm_ms = 0, optimizer_ms = 0, step_ms = 0;
   double optimizer_gb = 0;  // bytes the optimizer step must move (kernel_costs.h), in GB
   double tokens_per_s = 0;
   double model_gflop = 0;      // model FLOPs of one step (model_flops.h: 6N + 12LTC), GFLOP

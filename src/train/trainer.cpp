@@ -425,16 +425,6 @@ void stop_unless_finite(Run& run, int64_t step, const char* what, double value) 
        last_good_checkpoint(run.config));
 }
 
-// Global-norm clipping's factor for the averaged gradient, 1 when it is within the limit. The
-// optimizer applies it as it reads each gradient (OptimizerStep::grad_scale): the bits of
-// Backend::scale over the update region first, without that pass over the gradients (at GPT
-// 1.3B, 5.3 GB of reads and writes a clipped step).
-float clip_factor(const Run& run, double grad_norm) {
-  const double clip = run.config.optimizer.grad_clip;
-  if (clip <= 0 || grad_norm <= clip) return 1.0f;
-  return float(clip / grad_norm);
-}
-
 // Micro-batches with gradient accumulation, the gradients reduced over the ranks and clipped,
 // one optimizer step (docs/ARCHITECTURE.md, "One training step").
 StepFigures train_step(Run& run) {
@@ -451,9 +441,12 @@ StepFigures train_step(Run& run) {
   stop_unless_finite(run, s.step, "the gradient norm", s.grad_norm);
   s.lr = learning_rate(run.config.optimizer, s.step);
   // EDQ sums over every parameter once: over TP, and over DP when the updates are sharded.
+  // Clipping is fused into the step's reads of the gradients: the bits of Backend::scale over
+  // the update region first, without that pass over them (at GPT 1.3B, 5.3 GB of reads and
+  // writes a clipped step).
   s.edq = run.optimizer->step(s.step, s.lr,
                               run.layout.zero ? parallel.host_world() : parallel.host_tp(),
-                              clip_factor(run, s.grad_norm));
+                              clipping_factor(run.config.optimizer, s.grad_norm));
   run.gather_parameters();
   run.backend->synchronize();
   const double test_sleep_seconds = run.test_step_seconds - seconds_since(start);

@@ -1,4 +1,4 @@
-// allocate / release / copies / zero of both cpu backends.
+// allocate / release / copies / zero of both cpu backends (zero also over threads).
 #include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
@@ -42,6 +42,27 @@ TYPED_TEST(MemoryTest, CopiesAndZero) {
   }
   backend->release(a);
   backend->release(b);
+}
+
+// Large regions are zeroed in one slice per thread (backend/cpu/zero.cpp): every byte of an
+// odd-sized region that starts off a cache line is cleared, for 1 to 3 threads, and its
+// neighbours are left alone.
+TYPED_TEST(MemoryTest, ZeroOfALargeRegionClearsItExactly) {
+  const size_t n = (size_t(3) << 20) + 12345, begin = 7, end = n - 5;
+  for (int threads : {1, 2, 3}) {
+    auto backend = Storage<TypeParam>::make(threads);
+    std::vector<unsigned char> host(n);
+    for (size_t i = 0; i < n; i++) host[i] = static_cast<unsigned char>(i % 251 + 1);
+    void* p = backend->allocate(n);
+    backend->copy_to_device(p, host.data(), n);
+    backend->zero(static_cast<char*>(p) + begin, end - begin);
+    std::vector<unsigned char> back(n);
+    backend->copy_to_host(back.data(), p, n);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += back[i] != ((i >= begin && i < end) ? 0 : host[i]);
+    EXPECT_EQ(wrong, 0u) << threads << " threads";
+    backend->release(p);
+  }
 }
 
 TEST(Memory, Names) {

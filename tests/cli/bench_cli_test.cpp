@@ -1,7 +1,8 @@
 // `collage bench`: one column per --shapes entry, the GEMM engine and its peak named, the
-// optimizer loop named (COLLAGE_CPU_OPTIMIZER checked), the optimizer's bytes and rate, and
-// shapes that cannot run refused with the value named; encoders timed on a synthetic masked-LM
-// batch; --profile's op families adding up to the step's launches, and on cpu to its ops.
+// optimizer loop named (COLLAGE_CPU_OPTIMIZER checked), the optimizer's bytes and rate, the
+// step as the sum of the trainer's parts, and shapes that cannot run refused with the value
+// named; encoders timed on a synthetic masked-LM batch; --profile's op families adding up to the
+// step's launches, and on cpu to its ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,6 +102,23 @@ double table_number(const std::string& output, const std::string& row, int colum
   std::string cell;
   for (int c = 0; c <= column; c++) std::getline(cells, cell, '|');
   return std::stod(cell);
+}
+
+// The step is what the trainer runs each step (src/train/trainer.cpp, train_step), part by part:
+// zeroing the gradients, forward, backward, the gradient norm and the optimizer, each printed
+// to 0.1 ms, their sum the step.
+TEST(BenchCli, StepIsTheSumOfTheTrainersParts) {
+  const CommandResult bench = run_collage("bench " + kTiny + " --shapes 2x16 --steps 2 --warmup 1");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  double parts = 0;
+  for (const char* row : {"| zero gradients ms", "| forward ms", "| backward ms",
+                          "| gradient norm ms", "| optimizer ms"}) {
+    const double ms = table_number(bench.output, row, 0);
+    ASSERT_FALSE(std::isnan(ms)) << row << "\n" << bench.output;
+    EXPECT_GE(ms, 0) << row << "\n" << bench.output;
+    parts += ms;
+  }
+  EXPECT_NEAR(table_number(bench.output, "| step ms", 0), parts, 5 * 0.05 + 1e-9) << bench.output;
 }
 
 // --profile's families, and the last column (launches, or ops on cpu) of one's row.

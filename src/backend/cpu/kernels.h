@@ -2,12 +2,16 @@
 // The cpu kernels behind CpuBackend (one op family a file). Each is a template over the
 // storage type S, explicitly instantiated for bf16 and float in its .cpp; the semantics of
 // every op are those documented in backend/backend.h.
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cpu/context.h"
 #include "backend/optimizer_step.h"
 
 namespace collage::cpu {
+
+// Backend::zero: `bytes` zero bytes at dst, split over the threads when large (zero.cpp).
+void zero_bytes(CpuContext& cx, void* dst, size_t bytes);
 
 template <typename S>
 void embedding_forward(CpuContext& cx, S* out, const int32_t* tokens, const S* wte, const S* wpe,
