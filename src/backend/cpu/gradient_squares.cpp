@@ -6,9 +6,11 @@
 //
 // The 16 lanes are two AVX-512 double registers or four AVX2 ones. Each group of 16 bf16 is
 // widened to fp32 and then to double (both exact), squared and added (a multiply, then an add:
-// no fma), the same operations per lane as the scalar path. The conversions bound the loop: on
-// the Zen 4 VM the AVX-512 compilation took 8.2 ms for GPT-2 124M's gradients on 2 threads, the
+// no fma), the same operations per lane as the scalar path. On the Zen 4 VM the conversions bound
+// the loop: the AVX-512 compilation took 8.2 ms for GPT-2 124M's gradients on 2 threads, the
 // AVX2 one 9.1, the `omp simd` loop it replaced 9.5 (docs/ARCHITECTURE.md, "The cpu optimizer").
+// On the Intel AMX VM, waiting on DRAM bound it (20 ms, 34 with AVX2) until it read 4 KB ahead
+// (reg::prefetch_ahead): 12-13 ms with either compilation.
 #include "backend/cpu/gradient_squares.h"
 
 #include <algorithm>
@@ -42,6 +44,7 @@ double chunk_sum(const uint16_t* x, int64_t n) {
   reg::F64 sums[2 * kRegisters];                           // sums[q]: lanes kHalf·q, ...
   for (reg::F64& s : sums) s = reg::zero_f64();
   for (; i + kSquaresLanes <= n; i += kSquaresLanes) {
+    if (i % 32 == 0) reg::prefetch_ahead(x + i);  // a 64-byte line: 32 bf16
 #pragma GCC unroll 2
     for (int r = 0; r < kRegisters; r++) {
       const reg::F32 g = reg::load_bf16(x + i + reg::kWidth * r);
