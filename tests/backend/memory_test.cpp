@@ -44,25 +44,27 @@ TYPED_TEST(MemoryTest, CopiesAndZero) {
   backend->release(b);
 }
 
-// Large regions are zeroed in one slice per thread (backend/cpu/zero.cpp): every byte of an
-// odd-sized region that starts off a cache line is cleared, for 1 to 3 threads, and its
-// neighbours are left alone.
+// Large regions are zeroed in one slice per thread, and the largest with non-temporal stores
+// over their whole cache lines (backend/cpu/zero.cpp): every byte of an odd-sized region that
+// starts off a cache line is cleared, for 1 to 3 threads, sliced (3 MiB) and streamed (33 MiB),
+// and its neighbours are left alone.
 TYPED_TEST(MemoryTest, ZeroOfALargeRegionClearsItExactly) {
-  const size_t n = (size_t(3) << 20) + 12345, begin = 7, end = n - 5;
-  for (int threads : {1, 2, 3}) {
-    auto backend = Storage<TypeParam>::make(threads);
-    std::vector<unsigned char> host(n);
-    for (size_t i = 0; i < n; i++) host[i] = static_cast<unsigned char>(i % 251 + 1);
-    void* p = backend->allocate(n);
-    backend->copy_to_device(p, host.data(), n);
-    backend->zero(static_cast<char*>(p) + begin, end - begin);
-    std::vector<unsigned char> back(n);
-    backend->copy_to_host(back.data(), p, n);
-    size_t wrong = 0;
-    for (size_t i = 0; i < n; i++) wrong += back[i] != ((i >= begin && i < end) ? 0 : host[i]);
-    EXPECT_EQ(wrong, 0u) << threads << " threads";
-    backend->release(p);
-  }
+  for (const size_t megabytes : {3, 33})
+    for (int threads : {1, 2, 3}) {
+      const size_t n = (megabytes << 20) + 12345, begin = 7, end = n - 5;
+      auto backend = Storage<TypeParam>::make(threads);
+      std::vector<unsigned char> host(n);
+      for (size_t i = 0; i < n; i++) host[i] = static_cast<unsigned char>(i % 251 + 1);
+      void* p = backend->allocate(n);
+      backend->copy_to_device(p, host.data(), n);
+      backend->zero(static_cast<char*>(p) + begin, end - begin);
+      std::vector<unsigned char> back(n);
+      backend->copy_to_host(back.data(), p, n);
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; i++) wrong += back[i] != ((i >= begin && i < end) ? 0 : host[i]);
+      EXPECT_EQ(wrong, 0u) << megabytes << " MiB, " << threads << " threads";
+      backend->release(p);
+    }
 }
 
 TEST(Memory, Names) {
