@@ -62,14 +62,17 @@ void stream_zeros(char* begin, char* end) {
 }  // namespace
 
 void zero_bytes(CpuContext& cx, void* dst, size_t bytes) {
-  char* begin = static_cast<char*>(dst);
   const bool streamed = bytes >= kStreamingBytes;
-  if (bytes < kParallelBytes || cx.threads <= 1) {
+  auto clear = [streamed](char* from, char* to) {
     if (streamed) {
-      stream_zeros(begin, begin + bytes);
-    } else if (bytes) {
-      std::memset(dst, 0, bytes);
+      stream_zeros(from, to);
+    } else if (to > from) {
+      std::memset(from, 0, size_t(to - from));
     }
+  };
+  char* begin = static_cast<char*>(dst);
+  if (bytes < kParallelBytes || cx.threads <= 1) {
+    clear(begin, begin + bytes);
     return;
   }
   const int slices = cx.threads;
@@ -78,12 +81,7 @@ void zero_bytes(CpuContext& cx, void* dst, size_t bytes) {
   for (int s = 0; s < slices; s++) {
     const size_t from = std::min(bytes, per_slice * size_t(s));
     const size_t to = std::min(bytes, from + per_slice);
-    if (to <= from) continue;
-    if (streamed) {
-      stream_zeros(begin + from, begin + to);
-    } else {
-      std::memset(begin + from, 0, to - from);
-    }
+    if (to > from) clear(begin + from, begin + to);
   }
 }
 
