@@ -1,4 +1,8 @@
 // allocate / release / copies / zero of both cpu backends (zero also over threads).
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 
@@ -65,6 +69,54 @@ TYPED_TEST(MemoryTest, ZeroOfALargeRegionClearsItExactly) {
       EXPECT_EQ(wrong, 0u) << megabytes << " MiB, " << threads << " threads";
       backend->release(p);
     }
+}
+
+// The active choice of a /sys/kernel/mm/transparent_hugepage file ("always [madvise] never"),
+// or "" where the kernel has none.
+std::string transparent_huge_pages_mode() {
+  std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(file, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos
+             ? ""
+             : line.substr(open + 1, close - open - 1);
+}
+
+// AnonHugePages of the mapping of /proc/self/smaps that holds address p, in kB; -1 if none does.
+// A mapping's header line starts "begin-end " in hex; its fields follow, one a line.
+long huge_page_kb_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto address = reinterpret_cast<unsigned long>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long begin = 0, end = 0;
+    long kb = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {
+      inside = address >= begin && address < end;
+    } else if (inside && std::sscanf(line.c_str(), "AnonHugePages: %ld kB", &kb) == 1) {
+      return kb;
+    }
+  }
+  return -1;
+}
+
+// A region of 2 MiB or more starts on a 2 MiB boundary and asks for transparent huge pages
+// (cpu_backend.cpp, allocate): where the kernel gives them to such a request, a 64 MiB region
+// holds some.
+TEST(Memory, LargeRegionsSitOnHugePagesWhereTheKernelAllows) {
+  auto backend = make_cpu_backend(1);
+  const size_t bytes = size_t(64) << 20;
+  void* p = backend->allocate(bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t(2) << 20), 0u);
+  const std::string mode = transparent_huge_pages_mode();
+  if (mode != "always" && mode != "madvise") {
+    backend->release(p);
+    GTEST_SKIP() << "transparent huge pages are '" << mode << "' on this kernel, not always or "
+                 << "madvise: a request for them is not granted";
+  }
+  EXPECT_GT(huge_page_kb_at(p), 0) << "no huge page in a 64 MiB region (mode " << mode << ")";
+  backend->release(p);
 }
 
 TEST(Memory, Names) {

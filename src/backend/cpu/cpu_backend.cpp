@@ -1,7 +1,8 @@
 // CpuBackend<S>: the Backend interface on the host, for bf16 storage (training) and float
-// storage (finite-difference checks). Memory is plain 256-byte aligned host memory; every op
-// forwards to a kernel in this folder (kernels.h), which gets the thread count and the
-// backend's scratch memory through the CpuContext.
+// storage (finite-difference checks). Memory is plain host memory, 256-byte aligned (regions of
+// 2 MiB or more on huge pages, allocate below); every op forwards to a kernel in this folder
+// (kernels.h), which gets the thread count and the backend's scratch memory through the
+// CpuContext.
 //
 // Threads: every parallel loop runs on `threads` OpenMP threads (num_threads clause, no global
 // setting), and constructing a backend sets OpenBLAS to one thread for the whole process (see
@@ -10,6 +11,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -59,10 +61,19 @@ class CpuBackend final : public BackendT<S> {
   std::vector<OpFamilyTime> stop_profile() override { return profile_.stop(); }
 
   void* allocate(size_t bytes) override {
-    size_t rounded = (bytes + 255) / 256 * 256;
+    // A region of 2 MiB or more starts on a 2 MiB boundary and asks for transparent huge pages
+    // before its first touch (the memset faults them in): the optimizer, the gradient norm and
+    // zeroing stream hundreds of MB, and with 4 KB pages they cross a page, and may miss the
+    // TLB, every 4 KB of each array (docs/ARCHITECTURE.md, "Huge pages"). Only a hint.
+    constexpr size_t kHugePage = size_t(2) << 20;
+    const size_t alignment = bytes >= kHugePage ? kHugePage : 256;
+    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
     if (rounded == 0) rounded = 256;  // a valid, distinct pointer even for empty tensors
-    void* ptr = std::aligned_alloc(256, rounded);
+    void* ptr = std::aligned_alloc(alignment, rounded);
     if (!ptr) fail("cpu backend: cannot allocate {} bytes", bytes);
+#ifdef MADV_HUGEPAGE
+    if (alignment == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);
+#endif
     std::memset(ptr, 0, rounded);
     return ptr;
   }
