@@ -53,7 +53,7 @@ TYPED_TEST(MemoryTest, CopiesAndZero) {
 // starts off a cache line is cleared, for 1 to 3 threads, sliced (3 MiB) and streamed (33 MiB),
 // and its neighbours are left alone.
 TYPED_TEST(MemoryTest, ZeroOfALargeRegionClearsItExactly) {
-  for (const size_t megabytes : {3, 33})
+  for (const size_t megabytes : {3, 33}) {
     for (int threads : {1, 2, 3}) {
       const size_t n = (megabytes << 20) + 12345, begin = 7, end = n - 5;
       auto backend = Storage<TypeParam>::make(threads);
@@ -69,6 +69,7 @@ TYPED_TEST(MemoryTest, ZeroOfALargeRegionClearsItExactly) {
       EXPECT_EQ(wrong, 0u) << megabytes << " MiB, " << threads << " threads";
       backend->release(p);
     }
+  }
 }
 
 // The active choice of a /sys/kernel/mm/transparent_hugepage file ("always [madvise] never"),

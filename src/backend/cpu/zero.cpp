@@ -32,17 +32,14 @@ constexpr size_t kStreamingBytes = size_t(32) << 20;  // well above the L2s of a
 constexpr size_t kLine = 64;
 
 // Zeroes [begin, end) with non-temporal stores over its whole 64-byte lines and memset over
-// the partial lines at either end. The fence orders the streamed stores before whatever this
-// thread does next (the end of the parallel region then orders them for the others).
+// the partial lines at either end (either may be empty, or the whole range where it holds no
+// whole line). The fence orders the streamed stores before whatever this thread does next
+// (the end of the parallel region then orders them for the others).
 void stream_zeros(char* begin, char* end) {
 #if defined(__SSE2__)
-  char* first_line =
-      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(begin) + kLine - 1) / kLine * kLine);
-  char* last_line = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(end) / kLine * kLine);
-  if (first_line >= last_line) {
-    std::memset(begin, 0, size_t(end - begin));
-    return;
-  }
+  const auto at = [](char* p) { return reinterpret_cast<uintptr_t>(p); };
+  char* first_line = std::min(end, begin + (kLine - at(begin) % kLine) % kLine);
+  char* last_line = std::max(first_line, end - at(end) % kLine);
   std::memset(begin, 0, size_t(first_line - begin));
   const __m128i zeros = _mm_setzero_si128();
   for (char* line = first_line; line < last_line; line += kLine) {
@@ -66,7 +63,7 @@ void zero_bytes(CpuContext& cx, void* dst, size_t bytes) {
   auto clear = [streamed](char* from, char* to) {
     if (streamed) {
       stream_zeros(from, to);
-    } else if (to > from) {
+    } else if (to > from) {  // memset is not given a null pointer, even for 0 bytes
       std::memset(from, 0, size_t(to - from));
     }
   };
