@@ -1,7 +1,7 @@
 // BertT's inference mode (bert.h, forward()): without labels the MLM head predicts at every
 // position and BERT's NSP head still runs, with no loss. The every-position logits must be the
 // labelled forward's, row for row: the encoder is the same, and the head works on each row
-// alone. Not always to the bit: the head's GEMMs see 20-odd labelled rows in one forward and
+// alone. Not always to the bit: the head's GEMMs see the ten labelled rows in one forward and
 // every row in the other, and a BLAS may sum a row's products in an order that depends on where
 // the row falls in its blocking. OpenBLAS's Haswell kernels do (the ones it runs on a CPU it
 // does not know, such as the Zen 5 VM: its rows in a last block of fewer than 24 take other
@@ -29,9 +29,9 @@
 namespace collage {
 namespace {
 
-// How far a row may move, as a share of its largest |logit|: 2^-16 in fp32 (a few hundred
-// times what reordered sums of the fixture's 32 products gave); 2^-7 in bf16, one bf16 ulp,
-// for a rounding that such a difference tips the other way.
+// How far a row may move, as a share of its largest |logit|: 2^-16 in fp32 (46 times what
+// reordered sums of the fixture's 32 products gave); 2^-7 in bf16, one bf16 ulp, for a
+// rounding that such a difference tips the other way.
 template <typename Storage>
 constexpr double kRowTolerance = std::is_same_v<Storage, float> ? 0x1p-16 : 0x1p-7;
 
