@@ -4,7 +4,7 @@
 // alone. Not always to the bit: the head's GEMMs see the ten labelled rows in one forward and
 // every row in the other, and a BLAS may sum a row's products in an order that depends on where
 // the row falls in its blocking. OpenBLAS's Haswell kernels do (the ones it runs on a CPU it
-// does not know, such as the Zen 5 VM: its rows in a last block of fewer than 24 take other
+// does not know, such as the Zen 5 VM: rows in a last block of fewer than 12 take other
 // kernels), and there the fp32 rows differ by up to 3.3e-7 of the row's largest logit, a few
 // fp32 ulps. So each row must agree within kRowTolerance of its largest logit, far below what
 // any other row differs by (about 0.5 of it; the test checks that too, so a wrong row fails).
