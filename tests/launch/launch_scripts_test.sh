@@ -293,11 +293,15 @@ if [[ $status -ne 0 && $out == *"not inside a Slurm job"* ]]; then pass; else fa
 # waits for the launcher to stop (its ranks finish their step and checkpoint: 0.5 s here), and
 # requeues the job only once it exited 75, with a checkpoint. TERM (scancel --batch) is passed
 # on without a requeue. The stub launcher records its arguments and signals.
+# launcher.args is the test's sign that the stub is ready for a signal, so the stub sets its
+# traps first and then renames a whole file into place: a redirection creates the file empty
+# before it is written, and a signal before `trap` kills the stub (status 138).
 cat >"$work/bin/slow-launcher" <<'EOF'
 #!/usr/bin/env bash
-printf '%s\n' "$@" >"$STUB_DIR/launcher.args"
 trap 'echo USR1 >>"$STUB_DIR/launcher.signals"; sleep 0.5; exit ${STOP_STATUS:-75}' USR1
 trap 'echo TERM >>"$STUB_DIR/launcher.signals"; exit 75' TERM
+printf '%s\n' "$@" >"$STUB_DIR/launcher.args.partial"
+mv "$STUB_DIR/launcher.args.partial" "$STUB_DIR/launcher.args"
 while :; do sleep 0.05; done
 EOF
 chmod +x "$work/bin/slow-launcher"
