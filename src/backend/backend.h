@@ -50,6 +50,9 @@ class BackendT {
   // What runs the optimizer's element loop and why ("AVX-512 lanes (auto: ...)"), likewise;
   // once steps have run, the cpu adds how many blocks its guarded rounding redid exactly.
   virtual std::string optimizer_engine() const { return ""; }
+  // What runs the elementwise, LayerNorm and cross-entropy kernels and why, likewise (the cpu:
+  // "AVX-512 lanes (auto: ...)").
+  virtual std::string kernel_engine() const { return ""; }
 
   // ---- memory ----
   // allocate: zero-filled device memory aligned to at least 256 bytes.

@@ -11,7 +11,8 @@
 // COLLAGE_ISA_NAMESPACE=avx512 (CMakeLists.txt), so its copies have names of their own:
 // collage::math::avx512::rn instead of collage::math::baseline::rn. Code that includes the
 // headers still writes collage::math::rn; the inline namespace is invisible to it.
-// tests/optim/isa_object_test.sh checks the AVX-512 object for weak names outside it.
+// tests/optim/isa_object_test.sh checks the AVX-512 objects for weak names outside it. The cpu
+// backend's lane kernels (src/backend/cpu/lane_kernels.h) are compiled twice the same way.
 #ifndef COLLAGE_ISA_NAMESPACE
 #define COLLAGE_ISA_NAMESPACE baseline
 #endif

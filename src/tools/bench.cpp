@@ -279,6 +279,7 @@ BenchResult run_bench(const Config& config, const BenchOptions& options) {
   r.gemm_engine = backend->gemm_engine();
   time_steps(*step, optimizer, *backend, config, options, r);
   r.optimizer_engine = backend->optimizer_engine();  // after the steps: what they ran into
+  r.kernel_engine = backend->kernel_engine();
   add_rates(config, model.num_parameters(), r);
   if (choice.name == "cpu") add_sgemm_baseline(config, options, r);
   return r;
@@ -296,12 +297,15 @@ std::string format_bench(const Config& config, const std::vector<BenchResult>& r
           : fmt::format(", {} labelled positions a sequence)", config.data.max_predictions);
   std::string out = fmt::format(
       "{}{} L={} C={} heads={} vocab={} (padded {}), {} threads, optimizer {}, backend {} "
-      "({})\n{}{}\n",
+      "({})\n{}{}{}\n",
       model, labelled, m.n_layer, m.hidden_size, m.n_head, m.vocab_size, m.padded_vocab(),
       config.parallel.threads > 0 ? fmt::format("{}", config.parallel.threads) : "all",
       precision_name(config.optimizer.precision), first.backend, first.backend_reason,
       first.gemm_engine.empty() ? "" : "GEMMs: " + first.gemm_engine + "\n",
-      first.optimizer_engine.empty() ? "" : "Optimizer loop: " + first.optimizer_engine + "\n");
+      first.optimizer_engine.empty() ? "" : "Optimizer loop: " + first.optimizer_engine + "\n",
+      first.kernel_engine.empty()
+          ? ""
+          : "Elementwise, LayerNorm and cross-entropy kernels: " + first.kernel_engine + "\n");
   // One column per shape: micro-batch x sequence length.
   out += fmt::format("| {:<28} |", "measure");
   for (const BenchResult& r : results)

@@ -26,6 +26,7 @@ struct BenchResult {
   std::string backend_reason;            // why ("as configured", "auto: no GPU, ...")
   std::string gemm_engine;               // cpu: OpenBLAS or oneDNN, and why
   std::string optimizer_engine;          // cpu: the optimizer loop's ISA and why; blocks it redid
+  std::string kernel_engine;             // cpu: the lane kernels' ISA and why
   double launches_per_step = 0;          // kernels and GEMMs queued (queuing backends)
   double synchronizations_per_step = 0;  // host waits for the device (queuing backends)
   // Mean ms of each part of the trainer's step; step_ms is their sum.

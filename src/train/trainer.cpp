@@ -307,6 +307,9 @@ void start_backend(Run& run) {
   if (!run.backend->gemm_engine().empty()) spdlog::info("GEMMs: {}", run.backend->gemm_engine());
   if (!run.backend->optimizer_engine().empty())
     spdlog::info("optimizer loop: {}", run.backend->optimizer_engine());
+  if (!run.backend->kernel_engine().empty())
+    spdlog::info("elementwise, LayerNorm and cross-entropy kernels: {}",
+                 run.backend->kernel_engine());
 }
 
 // The data, the model (its weights initialised, or --init-from's) and the optimizer, and the

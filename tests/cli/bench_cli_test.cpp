@@ -1,5 +1,6 @@
 // `collage bench`: one column per --shapes entry, the GEMM engine and its peak named, the
-// optimizer loop named (COLLAGE_CPU_OPTIMIZER checked), the optimizer's bytes and rate, the
+// optimizer loop and the lane kernels' compilation named (COLLAGE_CPU_OPTIMIZER and
+// COLLAGE_CPU_KERNELS checked), the optimizer's bytes and rate, the
 // step as the sum of the trainer's parts, and shapes that cannot run refused with the value
 // named; encoders timed on a synthetic masked-LM batch; --profile's op families adding up to the
 // step's launches, and on cpu to its ops.
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "run_collage.h"
 
@@ -29,21 +31,28 @@ TEST(BenchCli, TimesEachShapeInAColumnAndNamesTheGemmEngine) {
     EXPECT_NE(bench.output.find(row), std::string::npos) << row << "\n" << bench.output;
 }
 
-TEST(BenchCli, NamesTheOptimizerLoopAndRefusesAnUnknownOne) {
+// The optimizer's loop and the lane kernels: each compilation named, each variable checked.
+TEST(BenchCli, NamesTheCompilationsThatRanAndRefusesAnUnknownOne) {
   const std::string bench = "bench " + kTiny + " --steps 1 --warmup 0";
   const CommandResult chosen = run_collage(bench);
   ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
-  EXPECT_NE(chosen.output.find("Optimizer loop: "), std::string::npos) << chosen.output;
-  const CommandResult baseline = run_collage(bench, "COLLAGE_CPU_OPTIMIZER=baseline");
-  ASSERT_EQ(baseline.exit_code, 0) << baseline.output;
-  EXPECT_NE(baseline.output.find("(COLLAGE_CPU_OPTIMIZER=baseline)"), std::string::npos)
-      << baseline.output;
-  const CommandResult unknown = run_collage(bench, "COLLAGE_CPU_OPTIMIZER=sse");
-  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
-  EXPECT_NE(unknown.output.find("COLLAGE_CPU_OPTIMIZER=sse: unknown value (valid: auto, avx512, "
-                                "baseline)"),
-            std::string::npos)
-      << unknown.output;
+  const std::pair<std::string, std::string> choices[] = {
+      {"COLLAGE_CPU_OPTIMIZER", "Optimizer loop: "},
+      {"COLLAGE_CPU_KERNELS", "Elementwise, LayerNorm and cross-entropy kernels: "}};
+  for (const auto& [variable, line] : choices) {
+    SCOPED_TRACE(variable);
+    EXPECT_NE(chosen.output.find(line), std::string::npos) << chosen.output;
+    const CommandResult baseline = run_collage(bench, variable + "=baseline");
+    ASSERT_EQ(baseline.exit_code, 0) << baseline.output;
+    EXPECT_NE(baseline.output.find(line), std::string::npos) << baseline.output;
+    EXPECT_NE(baseline.output.find("(" + variable + "=baseline)"), std::string::npos)
+        << baseline.output;
+    const CommandResult unknown = run_collage(bench, variable + "=sse");
+    EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+    EXPECT_NE(unknown.output.find(variable + "=sse: unknown value (valid: auto, avx512, baseline)"),
+              std::string::npos)
+        << unknown.output;
+  }
 }
 
 // MFU is against the measured peak of the engine that multiplied (src/plan/model_flops.h): the

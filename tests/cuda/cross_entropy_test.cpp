@@ -27,9 +27,9 @@
 //    gave lse 7.8502893 where the cpu gives 7.8502889: one ulp). The backward reads the
 //    cpu's lse on both sides, so it stays bit-identical there too;
 //  - the Σ exp_approx(x − max) adds the same fp32 terms (exp_approx gives the same bits) in
-//    another order (the cpu: 512-column chunks, each an 8-lane SIMD reduction; the kernel: a
-//    strided sum per thread, then a warp butterfly and the warps in order). For positive terms
-//    each order is within k·2^-24 of the exact sum, k the longest chain of additions (< 160
+//    another order (the cpu: 512-column chunks, each a 16-lane sum (storage.h's lane_sum); the
+//    kernel: a strided sum per thread, then a warp butterfly and the warps in order). For positive
+//    terms each order is within k·2^-24 of the exact sum, k the longest chain of additions (< 160
 //    for these shapes in either order), so the two agree to 1e-5 of the sum; the target
 //    logit is copied (bits).
 //  - end to end (each backend all-reducing its own sums): losses within 1e-5·(1 + |lse|), as

@@ -1,5 +1,5 @@
 // kernels/reduce.cu under the host emulator against the cpu backend
-// (src/backend/cpu/elementwise.cpp's chunked_sum): sum (fp32 -> double) and sum_squares
+// (src/backend/cpu/sums.cpp's chunked_sum): sum (fp32 -> double) and sum_squares
 // (bf16 widened to double, squared).
 //
 // Tolerance: relative 1e-12. Both backends add the same double terms (exact: an fp32 widened,

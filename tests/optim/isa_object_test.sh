@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The AVX-512 compilation of the cpu optimizer (its element loop and its gradient norm) must
-# define no name that another translation unit also defines (src/numerics/isa_namespace.h says
+# The AVX-512 compilation of the cpu backend (the optimizer's element loop and its gradient norm,
+# and the lane kernels of src/backend/cpu/lane_kernels.h) must define no name that another
+# translation unit also defines (src/numerics/isa_namespace.h says
 # why: the linker would keep one copy, perhaps the AVX-512 one, for every caller). So every
 # global or weak symbol of its objects must name an entity of namespace collage::cpu::avx512
 # or collage::math::avx512 (a mangled name that mentions one cannot collide with a baseline

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/isa_choice.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/optimizer_chunks.h"
 #include "backend/cpu/scratch.h"
@@ -25,6 +26,9 @@ struct RopeTable {
 
 struct CpuContext {
   int threads = 1;
+  // Which compilation of the lane kernels runs (lane_kernels.h); the backend sets the process's
+  // choice, a test may set either.
+  CpuIsa isa = CpuIsa::baseline;
   ScratchMemory scratch;  // fp32 buffers a kernel takes by name for one call (scratch.h)
   std::vector<int32_t> rows_by_token;  // embedding backward: rows grouped by token
   std::vector<int64_t> token_groups;   // start of each token's group in rows_by_token

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/gemm_peak.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lane_kernels.h"
 #include "backend/cpu/op_profile.h"
 #include "backend/cpu/optimizer_isa.h"
 #include "backend/cpu/storage.h"
@@ -32,6 +33,7 @@ class CpuBackend final : public BackendT<S> {
  public:
   CpuBackend(int threads, const std::string& cpu_gemm) {
     cx_.threads = threads > 0 ? threads : omp_get_max_threads();
+    cx_.isa = cpu::chosen_lane_kernels().isa;
     // All parallelism is OpenMP's (see matmul.cpp): each thread calls a single-threaded sgemm.
     openblas_set_num_threads(1);
     gemm_ = cpu::choose_cpu_gemm(cpu_gemm, !cpu::is_fp32_storage<S>);
@@ -53,6 +55,7 @@ class CpuBackend final : public BackendT<S> {
                        gemm_.reason);
   }
   std::string optimizer_engine() const override { return cpu::optimizer_loop_description(); }
+  std::string kernel_engine() const override { return cpu::chosen_lane_kernels().description; }
   // Every op's host time by family (op_profile.h); the memory calls are not ops and untimed.
   bool start_profile() override {
     profile_.start();

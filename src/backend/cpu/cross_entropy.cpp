@@ -1,20 +1,25 @@
 // Softmax cross-entropy over the first V of Vp logit columns (the rest is vocab padding).
 // Each row's statistics take one pass over memory: the row goes through in chunks small
 // enough for L1, each chunk's max and Σ exp are folded into running values (online softmax).
+// A chunk's Σ exp is storage.h's lane_sum, whose order does not depend on the lane registers.
 //
 // The vocab-parallel version (tensor parallelism, docs/PARALLEL.md §3) splits the same math into
 // stages with all-reduces between them (src/backend/backend.h): the max of a shard's columns,
 // then Σ exp(x − max) with the global max, then lse and the loss. Its Σ exp takes the same
 // 512-column chunks with the max already known, so no rescaling is needed.
+//
+// Lane kernels (lane_kernels.h): compiled for the build's ISA and for AVX-512, each in its own
+// namespace. lane_kernels.cpp checks the targets first.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/lane_kernels.h"
 #include "backend/cpu/storage.h"
-#include "core/error.h"
 
 namespace collage::cpu {
+inline namespace COLLAGE_ISA_NAMESPACE {
+namespace lanes {
 namespace {
 
 constexpr int kChunk = 512;
@@ -33,10 +38,7 @@ float log_sum_exp(const S* logits, int V) {
       running_sum *= exp_approx(running_max - chunk_max);  // 0 · anything while still empty
       running_max = chunk_max;
     }
-    float chunk_sum = 0.0f;
-#pragma omp simd reduction(+ : chunk_sum)
-    for (int j = 0; j < n; j++) chunk_sum += exp_approx(chunk[j] - running_max);
-    running_sum += chunk_sum;
+    running_sum += lane_sum(n, [&](int64_t j) { return exp_approx(chunk[j] - running_max); });
   }
   return running_max + std::log(running_sum);
 }
@@ -66,18 +68,6 @@ void write_row_gradient(S* dx, const S* x, int real, int width, bool ignored, in
   write_zeros(dx, real, width);
 }
 
-// Throws if any target is >= V (a token id the loss cannot score). Negative means ignored. Not
-// part of the contract (backend_contract.h): targets are data, which the cuda kernels do not read
-// back to the host; they treat such a row as ignored.
-void check_targets(const int32_t* targets, int64_t N, int V) {
-  for (int64_t row = 0; row < N; row++) {
-    if (targets[row] >= V) {
-      fail("cross-entropy: target {} at row {} is outside the vocabulary of {} tokens",
-           targets[row], row, V);
-    }
-  }
-}
-
 // The number of real (non-padding) columns of a shard holding global columns
 // [vocab_begin, vocab_begin + Vl) of a vocabulary of V tokens.
 int real_columns(int V, int Vl, int64_t vocab_begin) {
@@ -105,10 +95,7 @@ float sum_exp_of_columns(const S* x, int n, float max) {
   for (int c0 = 0; c0 < n; c0 += kChunk) {
     const int count = std::min(kChunk, n - c0);
     widen(x + c0, chunk, count);
-    float chunk_sum = 0.0f;
-#pragma omp simd reduction(+ : chunk_sum)
-    for (int j = 0; j < count; j++) chunk_sum += exp_approx(chunk[j] - max);
-    running_sum += chunk_sum;
+    running_sum += lane_sum(count, [&](int64_t j) { return exp_approx(chunk[j] - max); });
   }
   return running_sum;
 }
@@ -118,7 +105,6 @@ float sum_exp_of_columns(const S* x, int n, float max) {
 template <typename S>
 void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const int32_t* targets,
                            int64_t N, int V, int Vp, float* row_lse) {
-  check_targets(targets, N, V);
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int64_t row = 0; row < N; row++) {
     const int32_t target = targets[row];
@@ -137,7 +123,6 @@ void cross_entropy_forward(CpuContext& cx, float* losses, const S* logits, const
 template <typename S>
 void cross_entropy_backward(CpuContext& cx, S* dlogits, const S* logits, const int32_t* targets,
                             int64_t N, int V, int Vp, float dloss) {
-  check_targets(targets, N, V);
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
   for (int64_t row = 0; row < N; row++) {
     const int32_t target = targets[row];
@@ -159,7 +144,6 @@ void cross_entropy_shard_max(CpuContext& cx, float* row_max, const S* logits, in
 template <typename S>
 void cross_entropy_shard_sums(CpuContext& cx, float* sums, const S* logits, const int32_t* targets,
                               const float* row_max, int64_t N, int V, int Vl, int64_t vocab_begin) {
-  check_targets(targets, N, V);
   const int real = real_columns(V, Vl, vocab_begin);
   float* sum_exp = sums;           // (N)
   float* target_logit = sums + N;  // (N)
@@ -194,7 +178,6 @@ template <typename S>
 void cross_entropy_shard_backward(CpuContext& cx, S* dlogits, const S* logits,
                                   const int32_t* targets, const float* lse, int64_t N, int V,
                                   int Vl, int64_t vocab_begin, float dloss) {
-  check_targets(targets, N, V);
   if (!dlogits) return;  // null gradient: not computed
   const int real = real_columns(V, Vl, vocab_begin);
 #pragma omp parallel for schedule(static) num_threads(cx.threads)
@@ -226,4 +209,6 @@ template void cross_entropy_shard_backward(CpuContext&, bf16*, const bf16*, cons
 template void cross_entropy_shard_backward(CpuContext&, float*, const float*, const int32_t*,
                                            const float*, int64_t, int, int, int64_t, float);
 
+}  // namespace lanes
+}  // namespace COLLAGE_ISA_NAMESPACE
 }  // namespace collage::cpu

@@ -1,14 +1,18 @@
 // LayerNorm over the last dimension: statistics in fp32 (two passes: mean, then the
-// variance of the centred values, which does not cancel), saved for the backward.
+// variance of the centred values, which does not cancel), saved for the backward. A row's sums
+// are storage.h's lane_sum, whose order does not depend on the lane registers. Lane kernels
+// (lane_kernels.h): compiled for the build's ISA and for AVX-512, each in its own namespace.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/lane_kernels.h"
 #include "backend/cpu/storage.h"
 
 namespace collage::cpu {
+inline namespace COLLAGE_ISA_NAMESPACE {
+namespace lanes {
 
 template <typename S>
 void layernorm_forward(CpuContext& cx, S* out, float* mean, float* rstd, const S* inp,
@@ -17,16 +21,11 @@ void layernorm_forward(CpuContext& cx, S* out, float* mean, float* rstd, const S
   for (int64_t row = 0; row < N; row++) {
     const S* x = inp + row * C;  // (C)
     S* y = out + row * C;        // (C)
-    float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-    for (int c = 0; c < C; c++) total += load(x[c]);
-    const float m = total / C;
-    float squares = 0.0f;
-#pragma omp simd reduction(+ : squares)
-    for (int c = 0; c < C; c++) {
-      float d = load(x[c]) - m;
-      squares += d * d;
-    }
+    const float m = lane_sum(C, [&](int64_t c) { return load(x[c]); }) / C;
+    const float squares = lane_sum(C, [&](int64_t c) {
+      const float d = load(x[c]) - m;
+      return d * d;
+    });
     const float s = 1.0f / std::sqrt(squares / C + eps);
     if (bias) {
 #pragma omp simd
@@ -53,13 +52,11 @@ void layernorm_backward(CpuContext& cx, S* dinp, S* dweight, S* dbias, const S* 
       const S* dy = dout + row * C;
       S* dx = dinp + row * C;
       const float m = mean[row], s = rstd[row];
-      float g_sum = 0.0f, gx_sum = 0.0f;
-#pragma omp simd reduction(+ : g_sum, gx_sum)
-      for (int c = 0; c < C; c++) {
-        float g = load(dy[c]) * load(weight[c]);
-        g_sum += g;
-        gx_sum += g * (load(x[c]) - m) * s;
-      }
+      const float g_sum = lane_sum(C, [&](int64_t c) { return load(dy[c]) * load(weight[c]); });
+      const float gx_sum = lane_sum(C, [&](int64_t c) {
+        const float g = load(dy[c]) * load(weight[c]);
+        return g * (load(x[c]) - m) * s;
+      });
       const float g_mean = g_sum / C, gx_mean = gx_sum / C;
 #pragma omp simd
       for (int c = 0; c < C; c++) {
@@ -114,4 +111,6 @@ template void layernorm_backward(CpuContext&, bf16*, bf16*, bf16*, const bf16*, 
 template void layernorm_backward(CpuContext&, float*, float*, float*, const float*, const float*,
                                  const float*, const float*, const float*, int64_t, int);
 
+}  // namespace lanes
+}  // namespace COLLAGE_ISA_NAMESPACE
 }  // namespace collage::cpu

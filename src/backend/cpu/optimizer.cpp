@@ -2,9 +2,9 @@
 // compilation chosen for this CPU (optimizer_isa.h), then the EDQ's chunk sums added in chunk
 // order, so θ, the state and the sums do not depend on the thread count or the ISA.
 #include <atomic>
-#include <cstdlib>
 #include <string>
 
+#include "backend/cpu/isa_choice.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/optimizer_chunks.h"
 #include "backend/cpu/optimizer_isa.h"
@@ -13,7 +13,7 @@
 
 namespace collage::cpu {
 
-#ifdef COLLAGE_CPU_AVX512_OPTIMIZER
+#ifdef COLLAGE_CPU_AVX512_COMPILATION
 // optimizer_chunks.cpp compiled with -march=x86-64-v4 (CMakeLists.txt): the same functions,
 // in namespace avx512.
 namespace avx512 {
@@ -33,43 +33,18 @@ OptimizerLoop baseline_loop() {
   return {"baseline", lane_isa(), &step_chunks, &sum_squares_chunks};
 }
 
-// x86-64-v4's AVX-512 subsets, which the AVX-512 compilation may use anywhere. libgcc's
-// cpuid check also asks the OS (XGETBV) whether it saves the AVX-512 registers.
-bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
-
 struct Choice {
   OptimizerLoop loop;
   std::string description;
 };
 
 Choice choose() {
-  const char* variable = std::getenv("COLLAGE_CPU_OPTIMIZER");
-  const std::string setting = variable && *variable ? variable : "auto";
-  if (setting != "auto" && setting != "avx512" && setting != "baseline") {
-    fail("COLLAGE_CPU_OPTIMIZER={}: unknown value (valid: auto, avx512, baseline)", setting);
-  }
   const std::vector<OptimizerLoop> loops = runnable_optimizer_loops();
   const OptimizerLoop& baseline = loops.front();
-  const std::string baseline_text =
-      baseline.isa == "none" ? std::string("scalar steps") : baseline.isa + " lanes";
-  if (setting == "baseline") {
-    return {baseline, baseline_text + " (COLLAGE_CPU_OPTIMIZER=baseline)"};
-  }
-  if (loops.size() > 1) {
-    return {loops[1], loops[1].isa + " lanes (" + setting + ": the CPU has AVX-512 F/BW/DQ/VL)"};
-  }
-  if (setting == "avx512") {
-    fail("COLLAGE_CPU_OPTIMIZER=avx512: {} (use auto or baseline)", why_no_avx512_loop());
-  }
-  return {baseline, baseline_text + " (auto: " + why_no_avx512_loop() + ")"};
+  const IsaChoice isa =
+      choose_isa("COLLAGE_CPU_OPTIMIZER",
+                 baseline.isa == "none" ? std::string("scalar steps") : baseline.isa + " lanes");
+  return {isa.isa == CpuIsa::avx512 ? loops.back() : baseline, isa.description};
 }
 
 const Choice& choice() {
@@ -81,8 +56,8 @@ const Choice& choice() {
 
 std::vector<OptimizerLoop> runnable_optimizer_loops() {
   std::vector<OptimizerLoop> loops{baseline_loop()};
-#ifdef COLLAGE_CPU_AVX512_OPTIMIZER
-  if (cpu_has_avx512()) {
+#ifdef COLLAGE_CPU_AVX512_COMPILATION
+  if (why_no_avx512().empty()) {
     loops.push_back(
         {"avx512", avx512::lane_isa(), &avx512::step_chunks, &avx512::sum_squares_chunks});
   }
@@ -90,13 +65,7 @@ std::vector<OptimizerLoop> runnable_optimizer_loops() {
   return loops;
 }
 
-std::string why_no_avx512_loop() {
-#ifdef COLLAGE_CPU_AVX512_OPTIMIZER
-  return cpu_has_avx512() ? "" : "the CPU lacks AVX-512 F/BW/DQ/VL";
-#else
-  return "this build has no AVX-512 compilation of the optimizer (not x86-64)";
-#endif
-}
+std::string why_no_avx512_loop() { return why_no_avx512(); }
 
 const OptimizerLoop& chosen_optimizer_loop() { return choice().loop; }
 

@@ -10,8 +10,12 @@
 
 #include "numerics/bf16.h"
 #include "numerics/elementwise_math.h"
+#include "numerics/isa_namespace.h"
 
 namespace collage::cpu {
+// In the namespace of the compilation that includes it: the lane kernels are compiled twice
+// (lane_kernels.h), and an AVX-512 copy of a helper must not stand in for the baseline's.
+inline namespace COLLAGE_ISA_NAMESPACE {
 
 inline float load(float x) { return x; }
 inline float load(bf16 x) { return bf16_to_float(x); }
@@ -69,8 +73,29 @@ inline float max_value(const float* x, int64_t n) {
   return out;
 }
 
+// Σ term(i) for i < n in fp32, in one order whatever the lane registers, so that the baseline and
+// AVX-512 compilations of a kernel give the same bits (an `omp simd` reduction's order depends
+// on the vector width): lane k (k < 16) adds, in order, the terms with i ≡ k (mod 16); then the
+// lanes fold pairwise, lane k += lane k + w for w = 8, 4, 2, 1; lane 0 is the sum.
+constexpr int kSumLanes = 16;
+template <typename Term>
+inline float lane_sum(int64_t n, Term term) {
+  float lanes[kSumLanes] = {};
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+#pragma omp simd
+    for (int k = 0; k < kSumLanes; k++) lanes[k] += term(i + k);
+  }
+  for (int k = 0; i < n; i++, k++) lanes[k] += term(i);
+  for (int width = kSumLanes / 2; width >= 1; width /= 2) {
+    for (int k = 0; k < width; k++) lanes[k] += lanes[k + width];
+  }
+  return lanes[0];
+}
+
 // exp_approx: e^x from plain fp32 arithmetic, shared with the CUDA kernels so both compute the
 // same bits (numerics/elementwise_math.h).
 using math::exp_approx;
 
+}  // namespace COLLAGE_ISA_NAMESPACE
 }  // namespace collage::cpu
