@@ -24,6 +24,15 @@ namespace {
 
 constexpr int kChunk = 512;
 
+// Σ_{j<n} exp_approx(chunk[j] − max), leaving the terms in chunk: the exponentials in one
+// vector pass, then lane_sum over them (with exp_approx inside lane_sum's 16-lane loop, GCC
+// vectorized neither, and cross-entropy took 3-4× as long).
+float sum_exp(float* chunk, int n, float max) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) chunk[j] = exp_approx(chunk[j] - max);
+  return lane_sum(n, [&](int64_t j) { return chunk[j]; });
+}
+
 // Returns log Σ_{j<V} exp(logits[j]) in fp32 arithmetic.
 template <typename S>
 float log_sum_exp(const S* logits, int V) {
@@ -38,7 +47,7 @@ float log_sum_exp(const S* logits, int V) {
       running_sum *= exp_approx(running_max - chunk_max);  // 0 · anything while still empty
       running_max = chunk_max;
     }
-    running_sum += lane_sum(n, [&](int64_t j) { return exp_approx(chunk[j] - running_max); });
+    running_sum += sum_exp(chunk, n, running_max);
   }
   return running_max + std::log(running_sum);
 }
@@ -95,7 +104,7 @@ float sum_exp_of_columns(const S* x, int n, float max) {
   for (int c0 = 0; c0 < n; c0 += kChunk) {
     const int count = std::min(kChunk, n - c0);
     widen(x + c0, chunk, count);
-    running_sum += lane_sum(count, [&](int64_t j) { return exp_approx(chunk[j] - max); });
+    running_sum += sum_exp(chunk, count, max);
   }
   return running_sum;
 }
