@@ -6,25 +6,15 @@
 #include "core/error.h"
 
 namespace collage::cpu {
-namespace {
-
-// x86-64-v4's AVX-512 subsets, which the AVX-512 compilation may use anywhere. libgcc's
-// cpuid check also asks the OS (XGETBV) whether it saves the AVX-512 registers.
-bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
-
-}  // namespace
 
 std::string why_no_avx512() {
-#ifdef COLLAGE_CPU_AVX512_COMPILATION
-  return cpu_has_avx512() ? "" : "the CPU lacks AVX-512 F/BW/DQ/VL";
+#ifdef COLLAGE_CPU_AVX512_COMPILATION  // defined on x86-64 only (CMakeLists.txt)
+  // x86-64-v4's AVX-512 subsets, which the AVX-512 compilation may use anywhere. libgcc's
+  // cpuid check also asks the OS (XGETBV) whether it saves the AVX-512 registers.
+  __builtin_cpu_init();
+  const bool runs = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return runs ? "" : "the CPU lacks AVX-512 F/BW/DQ/VL";
 #else
   return "this build has no AVX-512 compilation (not x86-64)";
 #endif

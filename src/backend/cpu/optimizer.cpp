@@ -65,8 +65,6 @@ std::vector<OptimizerLoop> runnable_optimizer_loops() {
   return loops;
 }
 
-std::string why_no_avx512_loop() { return why_no_avx512(); }
-
 const OptimizerLoop& chosen_optimizer_loop() { return choice().loop; }
 
 std::string optimizer_loop_description() {

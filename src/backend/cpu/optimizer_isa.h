@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/gradient_squares.h"
+#include "backend/cpu/isa_choice.h"
 #include "backend/cpu/optimizer_chunks.h"
 #include "backend/optimizer_step.h"
 
@@ -24,9 +25,8 @@ struct OptimizerLoop {
 };
 
 // Every compilation this build has and this CPU can run, baseline first. The second entry's
-// absence is explained by why_no_avx512_loop().
+// absence is explained by why_no_avx512() (isa_choice.h).
 std::vector<OptimizerLoop> runnable_optimizer_loops();
-std::string why_no_avx512_loop();  // "" when the AVX-512 loop is runnable
 
 // The loop optimizer_step runs, and a line for the log and `collage bench` saying which and why,
 // e.g. "AVX-512 lanes (auto: the CPU has AVX-512 F/BW/DQ/VL)". Throws an Error for a
