@@ -26,8 +26,12 @@ inline EdqLanesTerm edq_term(F32LanesOf<R> u, F32LanesOf<R> after, F32LanesOf<R>
 // EdqAccumulator over lane vectors: Σ Δ·u and Σ u² in kLanes double partial sums (lane i
 // sums elements kLanes·j + i), combined in a fixed order by the totals, so a given sequence
 // of terms always gives the same bits, on AVX2 and AVX-512 alike. Each term is the scalar
-// one: Δ = double(after) − double(before), Δ·u and u·u in double, no fma; u ≠ 0 holds for
-// NaN, Δ == 0 for ±0 but not for inf − inf.
+// one: Δ = double(after) − double(before), Δ·u in double, no fma; u ≠ 0 holds for NaN, Δ == 0
+// for ±0 but not for inf − inf. Two shortcuts with the same results: u² is exact in double
+// (u is a bf16: 16 significant bits, far from double's range limits), so fma(u, u, sum) rounds
+// once, as sum + u·u does; and Δ == 0 is tested on the fp32 difference, which is 0 exactly
+// where the double one is: for finite values only when after == before (gradual underflow
+// makes a difference of distinct floats nonzero), and inf − inf and NaN are NaN in both.
 struct EdqLanesAccumulator {
   static constexpr int kHalf = reg::kWidth / 2;            // doubles per double register
   static constexpr int kDoubleRegisters = kLanes / kHalf;  // register 2k + h: half h of k
@@ -41,15 +45,14 @@ struct EdqLanesAccumulator {
   void add(const EdqLanesTerm& term) {
     for_each_register([&](int k) {
       const unsigned u_nonzero = reg::nonzero_bits(term.u.r[k]);
-      unsigned delta_zero = 0;
+      const unsigned delta_zero = reg::zero_bits(reg::sub(term.after.r[k], term.before.r[k]));
       auto add_half = [&](int half) {
         const int q = 2 * k + half;
         const reg::F64 u = reg::widen_half(term.u.r[k], half);
         const reg::F64 delta = reg::sub(reg::widen_half(term.after.r[k], half),
                                         reg::widen_half(term.before.r[k], half));
         dot[q] = reg::add(dot[q], reg::mul(delta, u));
-        u_squared[q] = reg::add(u_squared[q], reg::mul(u, u));
-        delta_zero |= reg::zero_bits(delta) << (kHalf * half);
+        u_squared[q] = reg::fma(u, u, u_squared[q]);
       };
       add_half(0), add_half(1);
       updated += __builtin_popcount(u_nonzero);

@@ -57,11 +57,6 @@ inline unsigned mask_bits(__mmask16 mask) {
   asm("kmovw %1, %0" : "=r"(bits) : "k"(mask));
   return bits;
 }
-inline unsigned mask_bits(__mmask8 mask) {
-  unsigned bits;
-  asm("kmovb %1, %0" : "=r"(bits) : "k"(mask));
-  return bits;
-}
 // Whether any lane has a bit set in its low 16 bits (a lane that is not a bf16).
 inline bool any_low_half(F32 x) {
   return mask_bits(_mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(0xffff))) != 0;
@@ -160,13 +155,14 @@ inline F64 zero_f64() { return _mm512_setzero_pd(); }
 inline F64 add(F64 a, F64 b) { return _mm512_add_pd(a, b); }
 inline F64 sub(F64 a, F64 b) { return _mm512_sub_pd(a, b); }
 inline F64 mul(F64 a, F64 b) { return _mm512_mul_pd(a, b); }
+inline F64 fma(F64 a, F64 b, F64 c) { return _mm512_fmadd_pd(a, b, c); }
 inline void store_f64(double* p, F64 x) { _mm512_storeu_pd(p, x); }
 // Bit i set where lane i is ≠ 0 (NaN included) / == 0 (±0; NaN not).
 inline unsigned nonzero_bits(F32 x) {
   return mask_bits(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ));
 }
-inline unsigned zero_bits(F64 x) {
-  return mask_bits(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ));
+inline unsigned zero_bits(F32 x) {
+  return mask_bits(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ));
 }
 
 #else  // AVX2 + FMA
@@ -272,12 +268,13 @@ inline F64 zero_f64() { return _mm256_setzero_pd(); }
 inline F64 add(F64 a, F64 b) { return _mm256_add_pd(a, b); }
 inline F64 sub(F64 a, F64 b) { return _mm256_sub_pd(a, b); }
 inline F64 mul(F64 a, F64 b) { return _mm256_mul_pd(a, b); }
+inline F64 fma(F64 a, F64 b, F64 c) { return _mm256_fmadd_pd(a, b, c); }
 inline void store_f64(double* p, F64 x) { _mm256_storeu_pd(p, x); }
 inline unsigned nonzero_bits(F32 x) {
   return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ)));
 }
-inline unsigned zero_bits(F64 x) {
-  return unsigned(_mm256_movemask_pd(_mm256_cmp_pd(x, _mm256_setzero_pd(), _CMP_EQ_OQ)));
+inline unsigned zero_bits(F32 x) {
+  return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ)));
 }
 
 #endif
@@ -310,6 +307,7 @@ inline uint32_t read_mxcsr() {
 inline void write_mxcsr(uint32_t csr) { asm volatile("vldmxcsr %0" : : "m"(csr) : "memory"); }
 inline void clear_guarded_flags() { write_mxcsr(read_mxcsr() & ~kGuardedFlags); }
 inline uint32_t guarded_flags() { return read_mxcsr() & kGuardedFlags; }
+inline bool denormal_operand_flag() { return read_mxcsr() & 0x2; }  // DE alone
 
 // ---- beside them, a flag of our own: values that were to be bf16 already ----
 // rn_expect_exact on guarded lanes (bf16_lanes.h) keeps a value that its line's algorithm makes

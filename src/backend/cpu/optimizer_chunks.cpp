@@ -242,11 +242,15 @@ struct Bf16Adam {
 #ifdef COLLAGE_CPU_OPTIMIZER_LANES
   // kLanes elements, with the three-instruction rn (GuardedBf16Lanes) where that gives rn's
   // bits, else with the exact one (docs/ARCHITECTURE.md, "The cpu optimizer"). A block whose
-  // loaded values hold a NaN (or, found as cheaply with AVX-512, an ±inf or a subnormal) goes
-  // exact at once. Otherwise it runs guarded and stores its results, keeping a copy of what
-  // they overwrote. If an exception flag went up (a value that the guarded rn may not round
-  // right met it) or a value kept unrounded by rn_expect_exact was not a bf16, the copy goes
-  // back and the block runs again exactly from the same values.
+  // loaded values hold a NaN, ±inf or a subnormal goes exact at once. The loaded values are
+  // added lane by lane in fp32 to find them: the sum is NaN where one of them is NaN or +inf
+  // meets −inf, ±inf where one is ±inf (with AVX-512 unusual_bits sees that too; with AVX2
+  // the guarded run raises IE for it), and a subnormal operand raises DE in its addition, read
+  // from MXCSR before the step. (Classifying every loaded register instead cost 5–12% of
+  // kahan's loop in cache on the Zen 5 VM.) Otherwise the block runs guarded and stores its
+  // results, keeping a copy of what they overwrote. If an exception flag went up (a value that
+  // the guarded rn may not round right met it) or a value kept unrounded by rn_expect_exact
+  // was not a bf16, the copy goes back and the block runs again exactly from the same values.
   // The flags are read after the stores, and reading them clobbers memory (reg::read_mxcsr), so
   // the compiler emits every store before the read, and with it every operation whose result
   // is stored. All of the step's operations are: each ends in θ or the state, the EDQ term's u
@@ -257,9 +261,9 @@ struct Bf16Adam {
     GuardedBf16Lanes g;
     std::array<GuardedBf16Lanes, N> x;
     load(g, grad + i);
-    unsigned unusual = unusual_bits(g);
-    unrolled<N>([&](size_t a) { load(x[a], arrays[a] + i), unusual |= unusual_bits(x[a]); });
-    if (!unusual) {
+    cm::GuardedF32Lanes sum = to_f32(g);
+    unrolled<N>([&](size_t a) { load(x[a], arrays[a] + i), sum = f32_add(sum, to_f32(x[a])); });
+    if (!unusual_bits(sum) && !cm::reg::denormal_operand_flag()) {
       uint16_t before[N][cm::kLanes];  // the stored bits the results overwrite
       unrolled<N>([&](size_t a) { std::memcpy(before[a], arrays[a] + i, sizeof before[a]); });
       cm::reg::clear_expected_exact();
