@@ -31,7 +31,8 @@ inline EdqLanesTerm edq_term(F32LanesOf<R> u, F32LanesOf<R> after, F32LanesOf<R>
 // (u is a bf16: 16 significant bits, far from double's range limits), so fma(u, u, sum) rounds
 // once, as sum + u·u does; and Δ == 0 is tested on the fp32 difference, which is 0 exactly
 // where the double one is: for finite values only when after == before (gradual underflow
-// makes a difference of distinct floats nonzero), and inf − inf and NaN are NaN in both.
+// makes a difference of distinct floats nonzero; MXCSR's flush-to-zero stays off, as the
+// guarded rounding needs too), and inf − inf and NaN are NaN in both.
 struct EdqLanesAccumulator {
   static constexpr int kHalf = reg::kWidth / 2;            // doubles per double register
   static constexpr int kDoubleRegisters = kLanes / kHalf;  // register 2k + h: half h of k
