@@ -222,8 +222,8 @@ inline F32 rn_normal(F32 x) {
   const __m256 h = _mm256_fmsub_ps(_mm256_set1_ps(65536.0f), x, g);
   return _mm256_or_ps(h, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
 }
-// Bit i set where lane i is NaN. AVX2 has no vfpclassps; ±inf and subnormal lanes are left to
-// the flags that rn_normal raises.
+// Bit i set where lane i is NaN. AVX2 has no vfpclassps; the guarded block finds ±inf by the
+// IE that rn_normal raises, subnormals by the DE of its step 1's sum (optimizer_chunks.cpp).
 inline unsigned unusual_bits(F32 x) {
   return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
 }
@@ -298,7 +298,8 @@ inline void prefetch_ahead(const void* p) {
 // operations as writing the flags, so only the stores keep that order: the read is an asm
 // volatile that clobbers memory, so every store, and so every operation it stores the result
 // of, comes before it. A result that is not stored may be computed after the read.
-constexpr uint32_t kGuardedFlags = 0x1 | 0x2 | 0x8;
+constexpr uint32_t kInvalidFlag = 0x1, kDenormalOperandFlag = 0x2, kOverflowFlag = 0x8;
+constexpr uint32_t kGuardedFlags = kInvalidFlag | kDenormalOperandFlag | kOverflowFlag;
 inline uint32_t read_mxcsr() {
   uint32_t csr;
   asm volatile("vstmxcsr %0" : "=m"(csr) : : "memory");
@@ -307,7 +308,8 @@ inline uint32_t read_mxcsr() {
 inline void write_mxcsr(uint32_t csr) { asm volatile("vldmxcsr %0" : : "m"(csr) : "memory"); }
 inline void clear_guarded_flags() { write_mxcsr(read_mxcsr() & ~kGuardedFlags); }
 inline uint32_t guarded_flags() { return read_mxcsr() & kGuardedFlags; }
-inline bool denormal_operand_flag() { return read_mxcsr() & 0x2; }  // DE alone
+// DE alone: a subnormal met since the flags were cleared (the guarded block's step 1).
+inline bool denormal_operand_flag() { return read_mxcsr() & kDenormalOperandFlag; }
 
 // ---- beside them, a flag of our own: values that were to be bf16 already ----
 // rn_expect_exact on guarded lanes (bf16_lanes.h) keeps a value that its line's algorithm makes
