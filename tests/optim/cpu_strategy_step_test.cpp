@@ -293,6 +293,7 @@ TEST(CpuStrategyStep, UnusualValuesGiveTheHeadersBitsWhereverTheyFall) {
       0x0003, 0x8041,          // subnormals
       0x7b40, 0xfb00,          // ±2^119 and more: g² and the guarded rounding overflow
       0x0080, 0x0380, 0x8100,  // normals whose products fall below 2^-126
+      0x8000, 0xbc00,          // −0, and −2^-7: a v whose square root is NaN
   };
   uint64_t seed = 200;
   for (const Case& c : all_cases()) {
