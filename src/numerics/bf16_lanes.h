@@ -42,7 +42,7 @@ inline namespace COLLAGE_ISA_NAMESPACE {
 
 constexpr int kLanes = 64;                            // elements per lane vector
 constexpr int kLaneRegisters = kLanes / reg::kWidth;  // 8 (AVX2) or 4 (AVX-512)
-static_assert(kLanes % (2 * reg::kWidth) == 0, "stores go by pairs of registers");
+static_assert(kLanes % (2 * reg::kWidth) == 0, "loads and stores go by pairs of registers");
 
 // Calls f(k) for every register k of a lane vector, unrolled at compile time. As a plain
 // loop GCC -O2 does not unroll it, and every operation then runs a loop over a lane vector
@@ -201,7 +201,9 @@ struct U32Lanes {
 template <LaneRounding R = LaneRounding::exact>
 inline Bf16LanesOf<R> load_bf16_lanes(const uint16_t* p) {
   Bf16LanesOf<R> x;
-  for_each_register([&](int k) { x.r[k] = reg::load_bf16(p + reg::kWidth * k); });
+  for_each_register([&](int k) {
+    if (k % 2 == 0) reg::load_bf16_pair(p + reg::kWidth * k, x.r[k], x.r[k + 1]);
+  });
   return x;
 }
 template <LaneRounding R>

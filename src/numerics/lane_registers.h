@@ -68,6 +68,20 @@ inline F32 load_bf16(const uint16_t* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
+// 2·kWidth bf16 at p into two registers, a's lanes then b's: one load, and one word permute each
+// that puts word i of its half into the high half of lane i and zeroes the low halves. Loading
+// each register alone takes a widening load and a shift: kahan's loop was 3% slower in cache on
+// the Zen 5 VM, bf16's 2% (docs/ARCHITECTURE.md, "What is left on Zen 5").
+inline void load_bf16_pair(const uint16_t* p, F32& a, F32& b) {
+  const __m512i bits = _mm512_loadu_si512(p);
+  const __mmask32 high_halves = 0xaaaaaaaau;
+  const __m512i first_half =  // word 2i+1 <- word i
+      _mm512_setr_epi32(0x00000, 0x10000, 0x20000, 0x30000, 0x40000, 0x50000, 0x60000, 0x70000,
+                        0x80000, 0x90000, 0xa0000, 0xb0000, 0xc0000, 0xd0000, 0xe0000, 0xf0000);
+  const __m512i second_half = _mm512_add_epi32(first_half, _mm512_set1_epi32(0x100000));
+  a = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(high_halves, first_half, bits));
+  b = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(high_halves, second_half, bits));
+}
 // 2·kWidth bf16: a's lanes, then b's. One two-source word permute picks the high halves, where
 // storing each register alone takes a shift and a narrowing move.
 inline void store_bf16_pair(uint16_t* p, F32 a, F32 b) {
@@ -190,6 +204,11 @@ inline bool any_low_half(F32 x) {
 inline F32 load_bf16(const uint16_t* p) {
   const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+// Each register alone: a pair by one permute of the qwords and two word unpacks measured the
+// same on the Zen 5 VM's AVX2 loop.
+inline void load_bf16_pair(const uint16_t* p, F32& a, F32& b) {
+  a = load_bf16(p), b = load_bf16(p + kWidth);
 }
 // Two registers: the packs interleave 128-bit halves (a0 b0 a1 b1), one permute orders them.
 inline void store_bf16_pair(uint16_t* p, F32 a, F32 b) {
